@@ -1,0 +1,1 @@
+//! CubeCL kernels of burn-hetero, generic over the CubeCL runtime.

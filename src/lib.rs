@@ -1,0 +1,43 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+mod accelerator;
+mod backend;
+mod device;
+mod fallback;
+mod offload;
+mod ops;
+mod placement;
+mod stats;
+#[cfg(feature = "trace-ops")]
+mod trace;
+#[cfg(feature = "trace-ops")]
+pub use trace::ops_called;
+
+pub use accelerator::Accelerator;
+pub use backend::Hetero;
+pub use device::AcceleratorInfo;
+pub use fallback::inject_accelerator_failure;
+pub use placement::{
+    ENV_ACCELERATOR, ENV_PLACEMENT, ENV_STRICT, HeteroConfig, OpKind, Placement, Precision,
+};
+pub use stats::{OpCounters, Ran, Stats, reset_stats, stats};
+
+/// The default CPU backend.
+pub type NdArray = burn_ndarray::NdArray<f32>;
+
+/// The CUDA accelerator backend (burn-cuda's CubeCL backend, without fusion).
+#[cfg(feature = "cuda")]
+pub type CudaAccelerator = burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>;
+
+/// The Vulkan accelerator backend (burn-wgpu's CubeCL backend on Vulkan/SPIR-V, without fusion).
+#[cfg(feature = "vulkan")]
+pub type VulkanAccelerator = burn_cubecl::CubeBackend<cubecl::wgpu::WgpuRuntime, f32, i32, u8>;
+
+/// `Hetero` with convolutions on a CUDA GPU; the CPU backend defaults to burn-ndarray.
+#[cfg(feature = "cuda")]
+pub type HeteroCuda<C = NdArray> = Hetero<C, CudaAccelerator>;
+
+/// `Hetero` with convolutions on a Vulkan device; the CPU backend defaults to burn-ndarray.
+#[cfg(feature = "vulkan")]
+pub type HeteroVulkan<C = NdArray> = Hetero<C, VulkanAccelerator>;

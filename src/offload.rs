@@ -1,0 +1,204 @@
+//! The offload path: operands from the CPU tensors, cast, upload, compute, download, and the
+//! fallback to the CPU when any of it fails.
+
+use crate::Accelerator;
+use crate::device;
+use crate::fallback::{guarded, injection_point, warn_once};
+use crate::placement::{OpKind, Placement, Precision};
+use crate::stats::{self, OpCounters, Ran};
+use burn_backend::tensor::FloatTensor;
+use burn_backend::{Backend, DType, TensorData, TensorMetadata};
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+use std::time::Instant;
+
+/// One placed op, as the op functions describe it.
+pub(crate) struct PlacedOp<C: Backend> {
+    /// Which op.
+    pub op: OpKind,
+    /// The CPU device the op belongs to.
+    pub device: C::Device,
+    /// The float dtype of the result.
+    pub out_dtype: DType,
+    /// Floating-point operations of one call.
+    pub flops: u64,
+    /// The tensors the accelerator needs, in the order `on_accelerator` expects them.
+    pub uploads: Vec<FloatTensor<C>>,
+}
+
+/// Runs `placed` where its placement says: `on_accelerator` receives the uploaded operands on
+/// the accelerator device; `on_cpu` runs the op on `C` (the placement is the CPU, or the
+/// accelerator could not run it).
+pub(crate) fn run<C, A>(
+    placed: PlacedOp<C>,
+    on_accelerator: impl FnOnce(Vec<FloatTensor<A>>, &A::Device) -> FloatTensor<A>,
+    on_cpu: impl FnOnce() -> FloatTensor<C>,
+) -> FloatTensor<C>
+where
+    C: Backend,
+    A: Accelerator,
+{
+    let (op, flops) = (placed.op, placed.flops);
+    let config = device::config(&placed.device);
+    let precision = match config.placement(op) {
+        Placement::Cpu => return run_on_cpu::<C>(op, Ran::Cpu, flops, on_cpu),
+        Placement::Accelerator { precision } => precision,
+    };
+    let fallback = |cause_key: String, cause: String| {
+        if config.strict {
+            panic!("burn-hetero (strict mode): {op} is placed on the accelerator, but {cause}");
+        }
+        warn_once(
+            &cause_key,
+            &format!("{op} runs on the CPU instead of the accelerator: {cause}"),
+        );
+    };
+    if !config.accelerator_enabled {
+        fallback(
+            "disabled".into(),
+            "the accelerator is disabled by configuration".into(),
+        );
+        return run_on_cpu::<C>(op, Ran::CpuFallback, flops, on_cpu);
+    }
+    let accel_device = device::accelerator_device::<C, A>(&placed.device);
+    let info = match device::probe::<A>(&accel_device) {
+        Ok(info) => info,
+        Err(reason) => {
+            fallback(
+                format!("unavailable:{reason}"),
+                format!("the accelerator {accel_device:?} is unavailable: {reason}"),
+            );
+            return run_on_cpu::<C>(op, Ran::CpuFallback, flops, on_cpu);
+        }
+    };
+    let precision = if info.supports(precision) {
+        precision
+    } else {
+        warn_once(
+            &format!("precision:{}:{precision}", info.name),
+            &format!(
+                "{} does not support {precision} operands; {op} runs there with f32 operands",
+                info.name
+            ),
+        );
+        Precision::F32
+    };
+    match guarded(|| offload::<C, A>(placed, precision, &accel_device, on_accelerator)) {
+        Ok(Ok((out, counters))) => {
+            stats::record(op, Ran::Accelerator(precision), counters);
+            out
+        }
+        Ok(Err(cause)) | Err(cause) => {
+            fallback(
+                format!("failed:{op}:{cause}"),
+                format!("it failed there: {cause}"),
+            );
+            run_on_cpu::<C>(op, Ran::CpuFallback, flops, on_cpu)
+        }
+    }
+}
+
+fn run_on_cpu<C: Backend>(
+    op: OpKind,
+    ran: Ran,
+    flops: u64,
+    on_cpu: impl FnOnce() -> FloatTensor<C>,
+) -> FloatTensor<C> {
+    let start = Instant::now();
+    let out = on_cpu();
+    // The CPU backend may be lazy; the time recorded includes the work only once synced.
+    let _ = C::sync(&C::float_device(&out));
+    let counters = OpCounters {
+        calls: 1,
+        elements: out.shape().num_elements() as u64,
+        flops,
+        cpu: start.elapsed(),
+        ..Default::default()
+    };
+    stats::record(op, ran, counters);
+    out
+}
+
+fn offload<C: Backend, A: Accelerator>(
+    placed: PlacedOp<C>,
+    precision: Precision,
+    accel_device: &A::Device,
+    on_accelerator: impl FnOnce(Vec<FloatTensor<A>>, &A::Device) -> FloatTensor<A>,
+) -> Result<(FloatTensor<C>, OpCounters), String> {
+    let mut counters = OpCounters {
+        calls: 1,
+        flops: placed.flops,
+        ..Default::default()
+    };
+    let start = Instant::now();
+    let mut operands = Vec::with_capacity(placed.uploads.len());
+    for tensor in placed.uploads {
+        let data = burn_std::future::block_on(C::float_into_data(tensor))
+            .map_err(|e| format!("reading an operand on the CPU failed: {e}"))?;
+        operands.push(cast(data, precision.dtype()));
+    }
+    counters.cpu += start.elapsed();
+
+    injection_point();
+    let start = Instant::now();
+    let mut uploaded = Vec::with_capacity(operands.len());
+    for data in operands {
+        counters.bytes_up += data.bytes.len() as u64;
+        uploaded.push(A::float_from_data(data, accel_device));
+    }
+    A::sync(accel_device).map_err(|e| format!("upload failed: {e}"))?;
+    counters.upload += start.elapsed();
+
+    let start = Instant::now();
+    let out = on_accelerator(uploaded, accel_device);
+    A::sync(accel_device).map_err(|e| format!("kernel failed: {e}"))?;
+    counters.compute += start.elapsed();
+
+    let start = Instant::now();
+    let data = burn_std::future::block_on(A::float_into_data(out))
+        .map_err(|e| format!("download failed: {e}"))?;
+    counters.bytes_down += data.bytes.len() as u64;
+    counters.elements = data.num_elements() as u64;
+    counters.download += start.elapsed();
+
+    let start = Instant::now();
+    let out = C::float_from_data(cast(data, placed.out_dtype), &placed.device);
+    counters.cpu += start.elapsed();
+    Ok((out, counters))
+}
+
+/// Converts float data to `dtype`, with vectorised paths for the f32 <-> f16/bf16 casts that
+/// every offloaded op does.
+pub(crate) fn cast(data: TensorData, dtype: DType) -> TensorData {
+    if data.dtype == dtype {
+        return data;
+    }
+    let shape = data.shape.clone();
+    match (data.dtype, dtype) {
+        (DType::F32, DType::F16) => {
+            let src = data.as_slice::<f32>().expect("f32 data");
+            let mut dst = vec![f16::ZERO; src.len()];
+            dst.convert_from_f32_slice(src);
+            TensorData::new(dst, shape)
+        }
+        (DType::F32, DType::BF16) => {
+            let src = data.as_slice::<f32>().expect("f32 data");
+            let mut dst = vec![bf16::ZERO; src.len()];
+            dst.convert_from_f32_slice(src);
+            TensorData::new(dst, shape)
+        }
+        (DType::F16, DType::F32) => {
+            let src = data.as_slice::<f16>().expect("f16 data");
+            let mut dst = vec![0f32; src.len()];
+            src.convert_to_f32_slice(&mut dst);
+            TensorData::new(dst, shape)
+        }
+        (DType::BF16, DType::F32) => {
+            let src = data.as_slice::<bf16>().expect("bf16 data");
+            let mut dst = vec![0f32; src.len()];
+            src.convert_to_f32_slice(&mut dst);
+            TensorData::new(dst, shape)
+        }
+        _ => data.convert_dtype(dtype),
+    }
+}
