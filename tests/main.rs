@@ -2,24 +2,41 @@
 //! (lavapipe on machines without a GPU).
 
 mod common;
+mod diff_float;
+mod diff_int_bool;
+mod diff_module;
 
-mod smoke {
+/// Differential: every op of every Backend op trait on `Hetero` against burn-ndarray, identical
+/// results required (all placements on the CPU here, so that every op is the forwarded one; the
+/// accelerator path has its own tests). Each test then fails if an op of its traits was never
+/// called.
+mod differential {
     use crate::common::*;
-    use burn::tensor::module::conv2d;
-    use burn::tensor::ops::ConvOptions;
+    use burn_hetero::HeteroConfig;
 
     #[test]
-    fn smoke_conv_on_accelerator() {
-        let _g = settings_lock();
-        let dev = device();
-        println!("{:?}", burn_hetero::Hetero::<N, Accel>::accelerator_status(&dev));
-        let mut rng = rng_for("smoke");
-        let x = float::<H, 4>(&mut rng, &dev, [2, 3, 8, 8]);
-        let w = float::<H, 4>(&mut rng, &dev, [4, 3, 3, 3]);
-        burn_hetero::reset_stats();
-        let t = std::time::Instant::now();
-        let y = conv2d(x, w, None, ConvOptions::new([1, 1], [1, 1], [1, 1], 1));
-        println!("{:?} {:?}", y.dims(), t.elapsed());
-        println!("{}", burn_hetero::stats());
+    fn differential_float_ops() {
+        let _s = settings(HeteroConfig::cpu_only());
+        crate::diff_float::run_all();
+        assert_covered(&["FloatTensorOps::"]);
+    }
+
+    #[test]
+    fn differential_int_and_bool_ops() {
+        let _s = settings(HeteroConfig::cpu_only());
+        crate::diff_int_bool::run_all();
+        assert_covered(&["IntTensorOps::", "BoolTensorOps::"]);
+    }
+
+    #[test]
+    fn differential_module_activation_quantized_transaction_ops() {
+        let _s = settings(HeteroConfig::cpu_only());
+        crate::diff_module::run_all();
+        assert_covered(&[
+            "ModuleOps::",
+            "ActivationOps::",
+            "QTensorOps::",
+            "TransactionOps::",
+        ]);
     }
 }

@@ -158,3 +158,49 @@ pub fn rel_l2(a: &[f32], reference: &[f64]) -> f64 {
     }
     (num / den.max(f64::MIN_POSITIVE)).sqrt()
 }
+
+/// The `Hetero` under test, for its settings API.
+pub type HeteroApi = burn_hetero::Hetero<N, Accel>;
+
+/// Restores the default settings when dropped (also when the test panics).
+pub struct SettingsGuard {
+    _lock: MutexGuard<'static, ()>,
+}
+
+impl Drop for SettingsGuard {
+    fn drop(&mut self) {
+        HeteroApi::configure(&device(), burn_hetero::HeteroConfig::default());
+        burn_hetero::inject_accelerator_failure(None);
+    }
+}
+
+/// Takes the settings lock and applies `config` until the guard is dropped.
+pub fn settings(config: burn_hetero::HeteroConfig) -> SettingsGuard {
+    let lock = settings_lock();
+    HeteroApi::configure(&device(), config);
+    SettingsGuard { _lock: lock }
+}
+
+/// Every op of Burn's backend traits, from `tests/ops_list.txt`.
+pub fn all_ops() -> Vec<&'static str> {
+    include_str!("../ops_list.txt")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .collect()
+}
+
+/// Fails when an op of the traits named by `prefixes` (e.g. `"FloatTensorOps::"`) was not
+/// called on `Hetero` by this thread.
+pub fn assert_covered(prefixes: &[&str]) {
+    let called = burn_hetero::ops_called();
+    let missing: Vec<_> = all_ops()
+        .into_iter()
+        .filter(|op| prefixes.iter().any(|p| op.starts_with(p)))
+        .filter(|op| !called.contains(op))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} ops have no differential test: {missing:#?}",
+        missing.len()
+    );
+}
