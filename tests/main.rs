@@ -40,3 +40,6 @@ mod differential {
         ]);
     }
 }
+
+mod conv_numerics;
+mod model;
