@@ -1,16 +1,19 @@
 //! The accelerator side: which backends can be `A`, and the ops they run for `Hetero`.
 
-use burn_backend::ops::ConvOptions;
+use burn_backend::ops::{ConvOptions, FloatTensorOps, ModuleOps};
 use burn_backend::tensor::FloatTensor;
-use burn_backend::ops::{FloatTensorOps, ModuleOps};
-use burn_backend::{Backend, Shape, TensorMetadata};
+use burn_backend::{Backend, DType, FloatDType, Shape, TensorMetadata};
+use burn_cubecl::kernel::conv::{
+    ConvStrategy, conv_data_backward, conv_forward, conv_weight_backward,
+};
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 /// A backend that runs the ops `Hetero` places on the accelerator.
 ///
-/// Each method receives operands already on the accelerator, in the placement's precision, and
-/// returns the result there. The defaults use the backend's own Burn kernels; an implementation
-/// overrides a method to launch its own kernel instead.
+/// Each method receives operands already on the accelerator, in the placement's precision (or
+/// in f32 holding values already rounded to it, where the device cannot store that precision),
+/// and returns the result there, accumulated in f32. The defaults use the backend's own Burn
+/// kernels; an implementation overrides a method to launch its own kernel instead.
 pub trait Accelerator: Backend {
     /// conv2d forward (NCHW input, OIHW weight).
     fn accel_conv2d(
@@ -18,8 +21,13 @@ pub trait Accelerator: Backend {
         weight: FloatTensor<Self>,
         bias: Option<FloatTensor<Self>>,
         options: ConvOptions<2>,
-    ) -> FloatTensor<Self> {
-        <Self as ModuleOps<Self>>::conv2d(x, weight, bias, options)
+    ) -> Result<FloatTensor<Self>, String> {
+        Ok(<Self as ModuleOps<Self>>::conv2d(
+            widen::<Self>(x),
+            widen::<Self>(weight),
+            bias.map(widen::<Self>),
+            options,
+        ))
     }
 
     /// conv2d gradient with respect to the input, of shape `x_shape`. Only the shape of the input
@@ -29,12 +37,17 @@ pub trait Accelerator: Backend {
         weight: FloatTensor<Self>,
         output_grad: FloatTensor<Self>,
         options: ConvOptions<2>,
-    ) -> FloatTensor<Self> {
+    ) -> Result<FloatTensor<Self>, String> {
         // Burn's signature takes the input tensor but reads only its shape: an unwritten
         // allocation of that shape stands in for it.
         let device = Self::float_device(&weight);
-        let x = Self::float_empty(x_shape, &device, weight.dtype().into());
-        <Self as ModuleOps<Self>>::conv2d_x_backward(x, weight, output_grad, options)
+        let x = Self::float_empty(x_shape, &device, FloatDType::F32);
+        Ok(<Self as ModuleOps<Self>>::conv2d_x_backward(
+            x,
+            widen::<Self>(weight),
+            widen::<Self>(output_grad),
+            options,
+        ))
     }
 
     /// conv2d gradient with respect to the weight, of shape `weight_shape`. Only the shape of the
@@ -44,18 +57,43 @@ pub trait Accelerator: Backend {
         weight_shape: Shape,
         output_grad: FloatTensor<Self>,
         options: ConvOptions<2>,
-    ) -> FloatTensor<Self> {
+    ) -> Result<FloatTensor<Self>, String> {
         let device = Self::float_device(&x);
-        let weight = Self::float_empty(weight_shape, &device, x.dtype().into());
-        <Self as ModuleOps<Self>>::conv2d_weight_backward(x, weight, output_grad, options)
+        let weight = Self::float_empty(weight_shape, &device, FloatDType::F32);
+        Ok(<Self as ModuleOps<Self>>::conv2d_weight_backward(
+            widen::<Self>(x),
+            weight,
+            widen::<Self>(output_grad),
+            options,
+        ))
     }
 
     /// Batched matrix product.
-    fn accel_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        <Self as FloatTensorOps<Self>>::float_matmul(lhs, rhs)
+    fn accel_matmul(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+    ) -> Result<FloatTensor<Self>, String> {
+        Ok(<Self as FloatTensorOps<Self>>::float_matmul(
+            widen::<Self>(lhs),
+            widen::<Self>(rhs),
+        ))
     }
 }
 
+/// Casts low-precision operands to f32 on the device. Burn's kernels accumulate in the operand
+/// type; casting first keeps the rounding of the operands (and the halved upload) while the sums
+/// run in f32.
+pub(crate) fn widen<B: Backend>(t: FloatTensor<B>) -> FloatTensor<B> {
+    if t.dtype() == DType::F32 {
+        t
+    } else {
+        B::float_cast(t, FloatDType::F32)
+    }
+}
+
+/// burn-cubecl's conv kernels with the strategy chosen per device: autotuned where the device has
+/// matrix instructions (GPUs), the direct kernels elsewhere (a CPU Vulkan driver, where autotune
+/// would only benchmark kernels that cannot win).
 impl<R, F, I, BT> Accelerator for CubeBackend<R, F, I, BT>
 where
     R: CubeRuntime,
@@ -63,4 +101,63 @@ where
     I: IntElement,
     BT: BoolElement,
 {
+    fn accel_conv2d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        options: ConvOptions<2>,
+    ) -> Result<FloatTensor<Self>, String> {
+        let strategy = conv_strategy(&x);
+        conv_forward::<R, 2>(
+            widen::<Self>(x),
+            widen::<Self>(weight),
+            bias.map(widen::<Self>),
+            options,
+            strategy,
+        )
+        .map_err(|e| format!("{e:?}"))
+    }
+
+    fn accel_conv2d_x_backward(
+        x_shape: Shape,
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+        options: ConvOptions<2>,
+    ) -> Result<FloatTensor<Self>, String> {
+        let strategy = conv_strategy(&weight);
+        conv_data_backward::<R, 2>(
+            widen::<Self>(output_grad),
+            widen::<Self>(weight),
+            x_shape,
+            options,
+            strategy,
+        )
+        .map_err(|e| format!("{e:?}"))
+    }
+
+    fn accel_conv2d_weight_backward(
+        x: FloatTensor<Self>,
+        weight_shape: Shape,
+        output_grad: FloatTensor<Self>,
+        options: ConvOptions<2>,
+    ) -> Result<FloatTensor<Self>, String> {
+        let strategy = conv_strategy(&x);
+        conv_weight_backward::<R, 2>(
+            widen::<Self>(x),
+            widen::<Self>(output_grad),
+            weight_shape,
+            options,
+            strategy,
+        )
+        .map_err(|e| format!("{e:?}"))
+    }
+}
+
+fn conv_strategy<R: CubeRuntime>(t: &burn_cubecl::tensor::CubeTensor<R>) -> ConvStrategy {
+    let features = &t.client.properties().features.matmul;
+    if features.cmma.is_empty() && features.mma.is_empty() {
+        ConvStrategy::Direct
+    } else {
+        ConvStrategy::Autotune
+    }
 }

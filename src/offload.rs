@@ -31,7 +31,7 @@ pub(crate) struct PlacedOp<C: Backend> {
 /// accelerator could not run it).
 pub(crate) fn run<C, A>(
     placed: PlacedOp<C>,
-    on_accelerator: impl FnOnce(Vec<FloatTensor<A>>, &A::Device) -> FloatTensor<A>,
+    on_accelerator: impl FnOnce(Vec<FloatTensor<A>>, &A::Device) -> Result<FloatTensor<A>, String>,
     on_cpu: impl FnOnce() -> FloatTensor<C>,
 ) -> FloatTensor<C>
 where
@@ -71,19 +71,22 @@ where
             return run_on_cpu::<C>(op, Ran::CpuFallback, flops, on_cpu);
         }
     };
-    let precision = if info.supports(precision) {
-        precision
+    // Operands always carry values rounded to `precision`; a device that cannot store that type
+    // receives them widened to f32 (same values, twice the bytes on the bus).
+    let upload_dtype = if info.supports(precision) {
+        precision.dtype()
     } else {
         warn_once(
             &format!("precision:{}:{precision}", info.name),
             &format!(
-                "{} does not support {precision} operands; {op} runs there with f32 operands",
+                "{} cannot store {precision}: {op} operands are rounded to {precision} on the CPU \
+                 and uploaded as f32",
                 info.name
             ),
         );
-        Precision::F32
+        DType::F32
     };
-    match guarded(|| offload::<C, A>(placed, precision, &accel_device, on_accelerator)) {
+    match guarded(|| offload::<C, A>(placed, precision, upload_dtype, &accel_device, on_accelerator)) {
         Ok(Ok((out, counters))) => {
             stats::record(op, Ran::Accelerator(precision), counters);
             out
@@ -122,8 +125,9 @@ fn run_on_cpu<C: Backend>(
 fn offload<C: Backend, A: Accelerator>(
     placed: PlacedOp<C>,
     precision: Precision,
+    upload_dtype: DType,
     accel_device: &A::Device,
-    on_accelerator: impl FnOnce(Vec<FloatTensor<A>>, &A::Device) -> FloatTensor<A>,
+    on_accelerator: impl FnOnce(Vec<FloatTensor<A>>, &A::Device) -> Result<FloatTensor<A>, String>,
 ) -> Result<(FloatTensor<C>, OpCounters), String> {
     let mut counters = OpCounters {
         calls: 1,
@@ -135,7 +139,8 @@ fn offload<C: Backend, A: Accelerator>(
     for tensor in placed.uploads {
         let data = burn_std::future::block_on(C::float_into_data(tensor))
             .map_err(|e| format!("reading an operand on the CPU failed: {e}"))?;
-        operands.push(cast(data, precision.dtype()));
+        let rounded = cast(data, precision.dtype());
+        operands.push(cast(rounded, upload_dtype));
     }
     counters.cpu += start.elapsed();
 
@@ -150,7 +155,7 @@ fn offload<C: Backend, A: Accelerator>(
     counters.upload += start.elapsed();
 
     let start = Instant::now();
-    let out = on_accelerator(uploaded, accel_device);
+    let out = on_accelerator(uploaded, accel_device)?;
     A::sync(accel_device).map_err(|e| format!("kernel failed: {e}"))?;
     counters.compute += start.elapsed();
 

@@ -4,7 +4,7 @@ use crate::common::*;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::{ConvOptions, FloatTensorOps, ModuleOps};
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
-use burn_hetero::{HeteroConfig, OpKind, Placement, Precision, Ran};
+use burn_hetero::{Accelerator, Hetero, HeteroConfig, OpKind, Placement, Precision, Ran};
 
 /// One convolution problem.
 #[derive(Clone, Debug)]
@@ -159,13 +159,13 @@ pub fn bound(p: Precision) -> f64 {
 
 /// Fills the accelerator's memory pool with NaN-filled buffers and frees them, so that a kernel
 /// that leaves part of its output unwritten is caught by the NaN check.
-pub fn poison_accelerator(elements: usize) {
-    let device = HeteroApi::accelerator_device(&device());
+pub fn poison_accelerator<A: Accelerator>(elements: usize) {
+    let device = Hetero::<N, A>::accelerator_device(&device());
     let shape = burn::tensor::Shape::new([elements]);
     let mut held = Vec::new();
     for dtype in [burn::tensor::FloatDType::F32, burn::tensor::FloatDType::F16] {
         for _ in 0..4 {
-            held.push(<Accel as FloatTensorOps<Accel>>::float_full(
+            held.push(<A as FloatTensorOps<A>>::float_full(
                 shape.clone(),
                 f32::NAN.into(),
                 &device,
@@ -173,20 +173,20 @@ pub fn poison_accelerator(elements: usize) {
             ));
         }
     }
-    Accel::sync(&device).unwrap();
+    A::sync(&device).unwrap();
     drop(held);
 }
 
-fn values(t: Tensor<H, 4>) -> Vec<f32> {
+fn values<B: Backend>(t: Tensor<B, 4>) -> Vec<f32> {
     t.into_data().convert::<f32>().into_vec::<f32>().unwrap()
 }
 
-fn tensor(data: &[f32], shape: [usize; 4]) -> Tensor<H, 4> {
-    Tensor::from_data(TensorData::new(data.to_vec(), shape), &device())
+fn tensor<B: Backend>(data: &[f32], shape: [usize; 4]) -> Tensor<B, 4> {
+    Tensor::from_data(TensorData::new(data.to_vec(), shape), &Default::default())
 }
 
-fn prim(t: Tensor<H, 4>) -> <H as burn::tensor::backend::BackendTypes>::FloatTensorPrimitive {
-    t.into_primitive().tensor()
+fn prim<B: Backend>(data: &[f32], shape: [usize; 4]) -> B::FloatTensorPrimitive {
+    tensor::<B>(data, shape).into_primitive().tensor()
 }
 
 fn check(what: &str, case: &ConvCase, p: Precision, got: &[f32], reference: &[f64]) -> f64 {
@@ -198,8 +198,8 @@ fn check(what: &str, case: &ConvCase, p: Precision, got: &[f32], reference: &[f6
 
 /// The precisions the accelerator supports (bf16 is not on lavapipe: it is checked on the GPU
 /// machine).
-pub fn supported_precisions() -> Vec<Precision> {
-    let info = HeteroApi::accelerator_status(&device()).expect("the accelerator must work here");
+pub fn supported_precisions<A: Accelerator>() -> Vec<Precision> {
+    let info = Hetero::<N, A>::accelerator_status(&device()).expect("the accelerator must work here");
     let all = [Precision::F32, Precision::F16, Precision::BF16];
     let (yes, no): (Vec<_>, Vec<_>) = all.into_iter().partition(|p| info.supports(*p));
     if !no.is_empty() {
@@ -210,7 +210,8 @@ pub fn supported_precisions() -> Vec<Precision> {
 
 /// Runs the whole grid at `precision` for the three phases, checking the counters say the
 /// accelerator ran each one. Returns the worst error per phase.
-pub fn run_grid(precision: Precision) -> [f64; 3] {
+pub fn run_grid<A: Accelerator>(precision: Precision) -> [f64; 3] {
+    type H<A> = Hetero<N, A>;
     let place = Placement::accelerator(precision);
     let config = HeteroConfig::cpu_only()
         .with_placement(OpKind::Conv2dForward, place)
@@ -229,35 +230,35 @@ pub fn run_grid(precision: Precision) -> [f64; 3] {
         let big = x.len().max(w.len()).max(g.len()) * 2;
         let before = burn_hetero::stats();
 
-        poison_accelerator(big);
+        poison_accelerator::<A>(big);
         let y = burn::tensor::module::conv2d(
-            tensor(&x, case.x_shape()),
+            tensor::<H<A>>(&x, case.x_shape()),
             tensor(&w, case.w_shape()),
-            bias.map(|b| Tensor::<H, 1>::from_data(TensorData::new(b.to_vec(), [case.c_out]), &device())),
+            bias.map(|b| Tensor::<H<A>, 1>::from_data(TensorData::new(b.to_vec(), [case.c_out]), &device())),
             case.options(),
         );
         assert_eq!(y.dims(), case.y_shape());
         let e = check("forward", case, precision, &values(y), &reference_forward(case, &x, &w, bias));
         worst[0] = worst[0].max(e);
 
-        poison_accelerator(big);
-        let dx = <H as ModuleOps<H>>::conv2d_x_backward(
-            prim(tensor(&x, case.x_shape())),
-            prim(tensor(&w, case.w_shape())),
-            prim(tensor(&g, case.y_shape())),
+        poison_accelerator::<A>(big);
+        let dx = <H<A> as ModuleOps<H<A>>>::conv2d_x_backward(
+            prim::<H<A>>(&x, case.x_shape()),
+            prim::<H<A>>(&w, case.w_shape()),
+            prim::<H<A>>(&g, case.y_shape()),
             case.options(),
         );
-        let dx = values(Tensor::from_primitive(TensorPrimitive::Float(dx)));
+        let dx = values(Tensor::<H<A>, 4>::from_primitive(TensorPrimitive::Float(dx)));
         worst[1] = worst[1].max(check("input grad", case, precision, &dx, &reference_x_grad(case, &w, &g)));
 
-        poison_accelerator(big);
-        let dw = <H as ModuleOps<H>>::conv2d_weight_backward(
-            prim(tensor(&x, case.x_shape())),
-            prim(tensor(&w, case.w_shape())),
-            prim(tensor(&g, case.y_shape())),
+        poison_accelerator::<A>(big);
+        let dw = <H<A> as ModuleOps<H<A>>>::conv2d_weight_backward(
+            prim::<H<A>>(&x, case.x_shape()),
+            prim::<H<A>>(&w, case.w_shape()),
+            prim::<H<A>>(&g, case.y_shape()),
             case.options(),
         );
-        let dw = values(Tensor::from_primitive(TensorPrimitive::Float(dw)));
+        let dw = values(Tensor::<H<A>, 4>::from_primitive(TensorPrimitive::Float(dw)));
         worst[2] = worst[2].max(check("weight grad", case, precision, &dw, &reference_w_grad(case, &x, &g)));
 
         let delta = burn_hetero::stats().since(&before);
@@ -271,8 +272,19 @@ pub fn run_grid(precision: Precision) -> [f64; 3] {
 
 #[test]
 fn conv2d_phases_on_accelerator_match_f64_reference() {
-    for precision in supported_precisions() {
-        run_grid(precision);
+    for precision in [Precision::F32, Precision::F16, Precision::BF16] {
+        run_grid::<Accel>(precision);
+    }
+}
+
+/// The same grid on a CUDA GPU, every precision (run on the GPU machine with `--ignored`).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cuda_conv2d_phases_match_f64_reference() {
+    let precisions = supported_precisions::<burn_hetero::CudaAccelerator>();
+    assert_eq!(precisions.len(), 3, "a CUDA GPU of this century stores f32, f16 and bf16");
+    for precision in precisions {
+        run_grid::<burn_hetero::CudaAccelerator>(precision);
     }
 }
 

@@ -43,3 +43,6 @@ mod differential {
 
 mod conv_numerics;
 mod model;
+mod autodiff;
+mod placement;
+mod training;

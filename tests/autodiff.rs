@@ -1,0 +1,138 @@
+//! Gradients through `Autodiff<Hetero>` against `Autodiff<NdArray>`, and a finite-difference
+//! check of the conv gradients computed on the accelerator.
+
+use crate::common::*;
+use burn::tensor::ElementConversion;
+use crate::model::{SmallCnn, batch};
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Tensor, TensorData};
+use burn_autodiff::Autodiff;
+use burn_hetero::{HeteroConfig, OpKind, Placement, Precision, Ran};
+
+/// Collects every parameter's gradient as a flat f32 vector, in visiting order.
+struct GradCollector<'a, B: AutodiffBackend> {
+    grads: &'a B::Gradients,
+    out: Vec<(String, Vec<f32>)>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for GradCollector<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if let Some(g) = param.val().grad(self.grads) {
+            let v = g.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+            self.out.push((format!("{:?}", param.id), v));
+        }
+    }
+}
+
+/// Gradients of every parameter of the small CNN for one fresh batch.
+fn grads<B: AutodiffBackend>(seed_name: &str) -> (f32, Vec<Vec<f32>>) {
+    let device = Default::default();
+    let model = SmallCnn::<B>::new(&device, 11);
+    let (x, y) = batch::<B>(&mut rng_for(seed_name), &device, 6);
+    let loss = model.loss(x, y);
+    let value = loss.clone().into_scalar().elem::<f32>();
+    let g = loss.backward();
+    let mut collector = GradCollector::<B> { grads: &g, out: Vec::new() };
+    model.visit(&mut collector);
+    (value, collector.out.into_iter().map(|(_, v)| v).collect())
+}
+
+fn rel_l2_f32(a: &[f32], b: &[f32]) -> f64 {
+    let r: Vec<f64> = b.iter().map(|&v| v as f64).collect();
+    rel_l2(a, &r)
+}
+
+#[test]
+fn small_cnn_gradients_cpu_placement_are_identical() {
+    let _s = settings(HeteroConfig::cpu_only());
+    let (lh, gh) = grads::<Autodiff<H>>("autodiff identical");
+    let (ln, gn) = grads::<Autodiff<N>>("autodiff identical");
+    assert_eq!(lh.to_bits(), ln.to_bits());
+    assert_eq!(gh.len(), 7, "conv1 w+b, bn gamma+beta, conv2 w, fc w+b");
+    assert_eq!(gh, gn);
+}
+
+#[test]
+fn small_cnn_gradients_with_convs_on_accelerator() {
+    // Every conv phase offloaded, at each precision the device has, against the CPU run.
+    for (precision, bound) in [(Precision::F32, 1e-5), (Precision::F16, 1e-2)] {
+        let place = Placement::accelerator(precision);
+        let config = HeteroConfig::cpu_only()
+            .with_placement(OpKind::Conv2dForward, place)
+            .with_placement(OpKind::Conv2dInputGrad, place)
+            .with_placement(OpKind::Conv2dWeightGrad, place)
+            .with_strict(true);
+        let _s = settings(config);
+        let before = burn_hetero::stats();
+        let (lh, gh) = grads::<Autodiff<H>>("autodiff accelerator");
+        let (ln, gn) = grads::<Autodiff<N>>("autodiff accelerator");
+        let delta = burn_hetero::stats().since(&before);
+        // conv1 and conv2 forward; conv2's input grad (conv1's input needs none); both weight grads.
+        assert_eq!(delta.get(OpKind::Conv2dForward, Ran::Accelerator(precision)).calls, 2, "{delta}");
+        assert_eq!(delta.get(OpKind::Conv2dInputGrad, Ran::Accelerator(precision)).calls, 1, "{delta}");
+        assert_eq!(delta.get(OpKind::Conv2dWeightGrad, Ran::Accelerator(precision)).calls, 2, "{delta}");
+        assert!(((lh - ln) / ln).abs() < bound as f32, "{precision}: loss {lh} vs {ln}");
+        for (i, (a, b)) in gh.iter().zip(&gn).enumerate() {
+            let e = rel_l2_f32(a, b);
+            assert!(e < bound, "{precision}: gradient {i} differs by {e:.2e}");
+        }
+    }
+}
+
+/// Central differences of L(x, w) = sum(conv2d(x, w) * g) against the gradients that the
+/// accelerator computes (f32 operands). The loss is linear in x and in w, so the difference
+/// quotient is exact up to rounding.
+#[test]
+fn conv_gradients_match_finite_differences() {
+    let place = Placement::accelerator(Precision::F32);
+    let config = HeteroConfig::cpu_only()
+        .with_placement(OpKind::Conv2dForward, place)
+        .with_placement(OpKind::Conv2dInputGrad, place)
+        .with_placement(OpKind::Conv2dWeightGrad, place)
+        .with_strict(true);
+    let _s = settings(config);
+    type AD = Autodiff<H>;
+    let dev = device();
+    let mut rng = rng_for("finite differences");
+    let (xs, ws) = ([2, 3, 7, 6], [4, 3, 3, 3]);
+    let options = burn::tensor::ops::ConvOptions::new([2, 1], [1, 2], [1, 1], 1);
+    let xv = random_vec(&mut rng, xs.iter().product(), -1.0, 1.0);
+    let wv = random_vec(&mut rng, ws.iter().product(), -1.0, 1.0);
+    let loss = |x: &[f32], w: &[f32], g: Option<&Tensor<AD, 4>>| -> (f64, Tensor<AD, 4>, Tensor<AD, 4>, Tensor<AD, 4>) {
+        let x = Tensor::<AD, 4>::from_data(TensorData::new(x.to_vec(), xs), &dev).require_grad();
+        let w = Tensor::<AD, 4>::from_data(TensorData::new(w.to_vec(), ws), &dev).require_grad();
+        let y = burn::tensor::module::conv2d(x.clone(), w.clone(), None, options.clone());
+        let g = g.cloned().unwrap_or_else(|| {
+            let n = y.dims().iter().product();
+            Tensor::from_data(TensorData::new(random_vec(&mut rng_for("fd g"), n, -1.0, 1.0), y.dims()), &dev)
+        });
+        let l = (y * g.clone()).sum();
+        (l.clone().into_scalar() as f64, x, w, g.detach())
+    };
+    let (_, x, w, g) = loss(&xv, &wv, None);
+    let l = (burn::tensor::module::conv2d(x.clone(), w.clone(), None, options.clone()) * g.clone()).sum();
+    let grads = l.backward();
+    let dx = x.grad(&grads).unwrap().into_data().into_vec::<f32>().unwrap();
+    let dw = w.grad(&grads).unwrap().into_data().into_vec::<f32>().unwrap();
+    let eps = 0.25f32;
+    let mut pick = rng_for("fd picks");
+    for _ in 0..12 {
+        use rand::Rng;
+        let i = pick.random_range(0..xv.len());
+        let (mut xp, mut xm) = (xv.clone(), xv.clone());
+        xp[i] += eps;
+        xm[i] -= eps;
+        let fd = (loss(&xp, &wv, Some(&g)).0 - loss(&xm, &wv, Some(&g)).0) / (2.0 * eps as f64);
+        assert!((fd - dx[i] as f64).abs() <= 1e-4 * (1.0 + fd.abs()), "dx[{i}]: {} vs fd {fd}", dx[i]);
+        let j = pick.random_range(0..wv.len());
+        let (mut wp, mut wm) = (wv.clone(), wv.clone());
+        wp[j] += eps;
+        wm[j] -= eps;
+        let fd = (loss(&xv, &wp, Some(&g)).0 - loss(&xv, &wm, Some(&g)).0) / (2.0 * eps as f64);
+        assert!((fd - dw[j] as f64).abs() <= 1e-4 * (1.0 + fd.abs()), "dw[{j}]: {} vs fd {fd}", dw[j]);
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_backend<B: Backend>() {}

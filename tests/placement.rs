@@ -1,0 +1,223 @@
+//! Placement and fallback: the counters show where each phase ran; an unavailable or failing
+//! accelerator costs nothing but a warning (or an error in strict mode).
+
+use crate::common::*;
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::ConvOptions;
+use burn::tensor::{Tensor, TensorData};
+use burn_autodiff::Autodiff;
+use burn_hetero::{HeteroConfig, OpKind, Placement, Precision, Ran, Stats};
+
+const XS: [usize; 4] = [2, 3, 9, 8];
+const WS: [usize; 4] = [5, 3, 3, 3];
+
+fn options() -> ConvOptions<2> {
+    ConvOptions::new([1, 1], [1, 1], [1, 1], 1)
+}
+
+/// conv2d forward and backward of a fresh problem on `B`; returns y, dx, dw.
+fn conv_step<B: Backend>(name: &str) -> [Vec<f32>; 3] {
+    type AD<B> = Autodiff<B>;
+    let dev = Default::default();
+    let mut rng = rng_for(name);
+    let x = float::<AD<B>, 4>(&mut rng, &dev, XS).require_grad();
+    let w = float::<AD<B>, 4>(&mut rng, &dev, WS).require_grad();
+    let b = float::<AD<B>, 1>(&mut rng, &dev, [WS[0]]).require_grad();
+    let y = burn::tensor::module::conv2d(x.clone(), w.clone(), Some(b), options());
+    let g = float::<AD<B>, 4>(&mut rng, &dev, y.dims());
+    let grads = (y.clone() * g).sum().backward();
+    let v = |t: Tensor<B, 4>| t.into_data().into_vec::<f32>().unwrap();
+    [v(y.inner()), v(x.grad(&grads).unwrap()), v(w.grad(&grads).unwrap())]
+}
+
+fn delta_of(f: impl FnOnce()) -> Stats {
+    let before = burn_hetero::stats();
+    f();
+    burn_hetero::stats().since(&before)
+}
+
+#[test]
+fn counters_show_each_phase_where_placed() {
+    let f16 = Placement::accelerator(Precision::F16);
+    let f32p = Placement::accelerator(Precision::F32);
+    let layouts = [
+        (f16, Placement::Cpu, f32p),
+        (Placement::Cpu, f16, Placement::Cpu),
+        (f32p, f32p, f16),
+    ];
+    for (fwd, dgrad, wgrad) in layouts {
+        let config = HeteroConfig::cpu_only()
+            .with_placement(OpKind::Conv2dForward, fwd)
+            .with_placement(OpKind::Conv2dInputGrad, dgrad)
+            .with_placement(OpKind::Conv2dWeightGrad, wgrad)
+            .with_strict(true);
+        let _s = settings(config);
+        let delta = delta_of(|| {
+            conv_step::<H>("placement counters");
+        });
+        for (op, place) in [
+            (OpKind::Conv2dForward, fwd),
+            (OpKind::Conv2dInputGrad, dgrad),
+            (OpKind::Conv2dWeightGrad, wgrad),
+        ] {
+            let ran = match place {
+                Placement::Cpu => Ran::Cpu,
+                Placement::Accelerator { precision } => Ran::Accelerator(precision),
+            };
+            let c = delta.get(op, ran);
+            assert_eq!(c.calls, 1, "{op} placed {place}:\n{delta}");
+            assert_eq!(delta.total(op).calls, 1, "{op} ran more than once:\n{delta}");
+            if let Ran::Accelerator(p) = ran {
+                // The operands cross the bus at the placement's precision, only those the op
+                // needs (x 432, w 135, bias 5, output gradient 720 elements); results come back
+                // in f32.
+                let up = match op {
+                    OpKind::Conv2dForward => 432 + 135 + 5,
+                    OpKind::Conv2dInputGrad => 135 + 720,
+                    _ => 432 + 720,
+                };
+                assert_eq!(c.bytes_up, up * p.bytes() as u64, "{op}:\n{delta}");
+                assert_eq!(c.bytes_down, c.elements * 4, "{op}:\n{delta}");
+                // 2 * (output elements) * (c_in / groups * kh * kw)
+                assert_eq!(c.flops, 2 * 720 * 27, "{op}:\n{delta}");
+            } else {
+                assert_eq!((c.bytes_up, c.bytes_down), (0, 0));
+            }
+        }
+    }
+}
+
+/// With every phase placed on the accelerator but none able to run there, results are
+/// bit-identical to burn-ndarray's and the counters say "fallback".
+fn assert_falls_back_identically(config: HeteroConfig, why: &str) {
+    let delta = delta_of(|| {
+        let h = conv_step::<H>(why);
+        let n = conv_step::<N>(why);
+        assert_eq!(h, n, "{why}: results differ from the CPU run");
+    });
+    for op in [OpKind::Conv2dForward, OpKind::Conv2dInputGrad, OpKind::Conv2dWeightGrad] {
+        assert_eq!(delta.get(op, Ran::CpuFallback).calls, 1, "{why}, {op}:\n{delta}");
+        assert_eq!(delta.accelerator_calls(op), 0, "{why}, {op}:\n{delta}");
+    }
+    let _ = config;
+}
+
+#[test]
+fn unavailable_accelerator_falls_back_to_cpu() {
+    let all_f32 = HeteroConfig::cpu_only()
+        .with_placement(OpKind::Conv2dForward, Placement::accelerator(Precision::F32))
+        .with_placement(OpKind::Conv2dInputGrad, Placement::accelerator(Precision::F32))
+        .with_placement(OpKind::Conv2dWeightGrad, Placement::accelerator(Precision::F32));
+
+    // A device that does not exist.
+    {
+        let _s = settings(all_f32.clone());
+        HeteroApi::set_accelerator_device(&device(), burn_wgpu::WgpuDevice::DiscreteGpu(77));
+        let status = HeteroApi::accelerator_status(&device());
+        HeteroApi::set_accelerator_device(&device(), Default::default());
+        assert!(status.is_err(), "a missing device must be reported: {status:?}");
+        HeteroApi::set_accelerator_device(&device(), burn_wgpu::WgpuDevice::DiscreteGpu(77));
+        assert_falls_back_identically(all_f32.clone(), "missing device");
+        HeteroApi::set_accelerator_device(&device(), Default::default());
+    }
+    // The accelerator switched off.
+    {
+        let mut off = all_f32.clone();
+        off.accelerator_enabled = false;
+        let _s = settings(off.clone());
+        assert_falls_back_identically(off, "disabled");
+    }
+}
+
+#[test]
+fn failure_on_kth_op_falls_back_for_that_op_only() {
+    let f32p = Placement::accelerator(Precision::F32);
+    let config = HeteroConfig::cpu_only().with_placement(OpKind::Conv2dForward, f32p);
+    let _s = settings(config);
+    let dev = device();
+    let mut rng = rng_for("kth failure");
+    let inputs: Vec<_> = (0..3)
+        .map(|_| (random_vec(&mut rng, XS.iter().product(), -1.0, 1.0), random_vec(&mut rng, WS.iter().product(), -1.0, 1.0)))
+        .collect();
+    let conv = |x: &[f32], w: &[f32]| -> (Vec<f32>, Vec<f32>) {
+        let run = |xb: Tensor<H, 4>, wb: Tensor<H, 4>| burn::tensor::module::conv2d(xb, wb, None, options()).into_data().into_vec::<f32>().unwrap();
+        let reference = burn::tensor::module::conv2d(
+            Tensor::<N, 4>::from_data(TensorData::new(x.to_vec(), XS), &dev),
+            Tensor::<N, 4>::from_data(TensorData::new(w.to_vec(), WS), &dev),
+            None,
+            options(),
+        );
+        (
+            run(
+                Tensor::from_data(TensorData::new(x.to_vec(), XS), &dev),
+                Tensor::from_data(TensorData::new(w.to_vec(), WS), &dev),
+            ),
+            reference.into_data().into_vec::<f32>().unwrap(),
+        )
+    };
+    burn_hetero::inject_accelerator_failure(Some(2));
+    let delta = delta_of(|| {
+        for (k, (x, w)) in inputs.iter().enumerate() {
+            let (h, n) = conv(x, w);
+            if k == 1 {
+                assert_eq!(h, n, "the failed op must give the CPU's result exactly");
+            } else {
+                assert!(rel_l2(&h, &n.iter().map(|&v| v as f64).collect::<Vec<_>>()) < 1e-5);
+            }
+        }
+    });
+    assert_eq!(delta.get(OpKind::Conv2dForward, Ran::Accelerator(Precision::F32)).calls, 2, "{delta}");
+    assert_eq!(delta.get(OpKind::Conv2dForward, Ran::CpuFallback).calls, 1, "{delta}");
+}
+
+#[test]
+fn strict_mode_turns_fallbacks_into_errors() {
+    let f32p = Placement::accelerator(Precision::F32);
+    let dev = device();
+    let conv = || {
+        let mut rng = rng_for("strict");
+        let x = float::<H, 4>(&mut rng, &dev, XS);
+        let w = float::<H, 4>(&mut rng, &dev, WS);
+        burn::tensor::module::conv2d(x, w, None, options()).into_data()
+    };
+    // An op failing on the accelerator.
+    {
+        let _s = settings(HeteroConfig::cpu_only().with_placement(OpKind::Conv2dForward, f32p).with_strict(true));
+        burn_hetero::inject_accelerator_failure(Some(1));
+        let err = std::panic::catch_unwind(conv).expect_err("strict mode must fail");
+        let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("strict mode") && msg.contains("injected"), "{msg}");
+    }
+    // No accelerator.
+    {
+        let mut off = HeteroConfig::cpu_only().with_placement(OpKind::Conv2dForward, f32p).with_strict(true);
+        off.accelerator_enabled = false;
+        let _s = settings(off);
+        let err = std::panic::catch_unwind(conv).expect_err("strict mode must fail");
+        let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("strict mode") && msg.contains("disabled"), "{msg}");
+    }
+    // And without strict mode the same failure is absorbed.
+    {
+        let _s = settings(HeteroConfig::cpu_only().with_placement(OpKind::Conv2dForward, f32p));
+        burn_hetero::inject_accelerator_failure(Some(1));
+        assert!(std::panic::catch_unwind(conv).is_ok());
+    }
+}
+
+#[test]
+fn placement_override_syntax() {
+    let mut c = HeteroConfig::cpu_only();
+    c.apply_placement_override("forward=f16, dgrad=bf16,wgrad=f32, matmul=cpu").unwrap();
+    assert_eq!(c.conv2d_forward, Placement::accelerator(Precision::F16));
+    assert_eq!(c.conv2d_input_grad, Placement::accelerator(Precision::BF16));
+    assert_eq!(c.conv2d_weight_grad, Placement::accelerator(Precision::F32));
+    assert_eq!(c.matmul, Placement::Cpu);
+    c.apply_placement_override("all=cpu").unwrap();
+    assert_eq!(c, HeteroConfig::cpu_only());
+    let before = c.clone();
+    for bad in ["forward=f8", "fwd=f16", "forward", "conv=f16,matmul=gpu"] {
+        assert!(c.apply_placement_override(bad).is_err(), "{bad} must be rejected");
+        assert_eq!(c, before, "a rejected override must change nothing");
+    }
+}
