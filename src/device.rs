@@ -66,7 +66,8 @@ pub(crate) fn set_accelerator_device<C: Backend, A: Backend>(
     accelerator: A::Device,
 ) {
     with_entry(device.id(), |e| {
-        e.accelerator.insert(TypeId::of::<A>(), Box::new(accelerator))
+        e.accelerator
+            .insert(TypeId::of::<A>(), Box::new(accelerator))
     });
 }
 

@@ -86,7 +86,15 @@ where
         );
         DType::F32
     };
-    match guarded(|| offload::<C, A>(placed, precision, upload_dtype, &accel_device, on_accelerator)) {
+    match guarded(|| {
+        offload::<C, A>(
+            placed,
+            precision,
+            upload_dtype,
+            &accel_device,
+            on_accelerator,
+        )
+    }) {
         Ok(Ok((out, counters))) => {
             stats::record(op, Ran::Accelerator(precision), counters);
             out

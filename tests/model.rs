@@ -75,7 +75,8 @@ pub fn batch<B: Backend>(
         let (r0, c0) = ((label / 2) * half, (label % 2) * half);
         for r in 0..SIDE {
             for c in 0..SIDE {
-                let inside = (r0 + 1..r0 + half - 1).contains(&r) && (c0 + 1..c0 + half - 1).contains(&c);
+                let inside =
+                    (r0 + 1..r0 + half - 1).contains(&r) && (c0 + 1..c0 + half - 1).contains(&c);
                 let noise: f32 = rng.random_range(-0.5..0.5);
                 pixels[i * SIDE * SIDE + r * SIDE + c] = noise + if inside { 1.0 } else { 0.0 };
             }

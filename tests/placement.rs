@@ -27,7 +27,11 @@ fn conv_step<B: Backend>(name: &str) -> [Vec<f32>; 3] {
     let g = float::<AD<B>, 4>(&mut rng, &dev, y.dims());
     let grads = (y.clone() * g).sum().backward();
     let v = |t: Tensor<B, 4>| t.into_data().into_vec::<f32>().unwrap();
-    [v(y.inner()), v(x.grad(&grads).unwrap()), v(w.grad(&grads).unwrap())]
+    [
+        v(y.inner()),
+        v(x.grad(&grads).unwrap()),
+        v(w.grad(&grads).unwrap()),
+    ]
 }
 
 fn delta_of(f: impl FnOnce()) -> Stats {
@@ -66,7 +70,11 @@ fn counters_show_each_phase_where_placed() {
             };
             let c = delta.get(op, ran);
             assert_eq!(c.calls, 1, "{op} placed {place}:\n{delta}");
-            assert_eq!(delta.total(op).calls, 1, "{op} ran more than once:\n{delta}");
+            assert_eq!(
+                delta.total(op).calls,
+                1,
+                "{op} ran more than once:\n{delta}"
+            );
             if let Ran::Accelerator(p) = ran {
                 // The operands cross the bus at the placement's precision, only those the op
                 // needs (x 432, w 135, bias 5, output gradient 720 elements); results come back
@@ -95,8 +103,16 @@ fn assert_falls_back_identically(config: HeteroConfig, why: &str) {
         let n = conv_step::<N>(why);
         assert_eq!(h, n, "{why}: results differ from the CPU run");
     });
-    for op in [OpKind::Conv2dForward, OpKind::Conv2dInputGrad, OpKind::Conv2dWeightGrad] {
-        assert_eq!(delta.get(op, Ran::CpuFallback).calls, 1, "{why}, {op}:\n{delta}");
+    for op in [
+        OpKind::Conv2dForward,
+        OpKind::Conv2dInputGrad,
+        OpKind::Conv2dWeightGrad,
+    ] {
+        assert_eq!(
+            delta.get(op, Ran::CpuFallback).calls,
+            1,
+            "{why}, {op}:\n{delta}"
+        );
         assert_eq!(delta.accelerator_calls(op), 0, "{why}, {op}:\n{delta}");
     }
     let _ = config;
@@ -105,9 +121,18 @@ fn assert_falls_back_identically(config: HeteroConfig, why: &str) {
 #[test]
 fn unavailable_accelerator_falls_back_to_cpu() {
     let all_f32 = HeteroConfig::cpu_only()
-        .with_placement(OpKind::Conv2dForward, Placement::accelerator(Precision::F32))
-        .with_placement(OpKind::Conv2dInputGrad, Placement::accelerator(Precision::F32))
-        .with_placement(OpKind::Conv2dWeightGrad, Placement::accelerator(Precision::F32));
+        .with_placement(
+            OpKind::Conv2dForward,
+            Placement::accelerator(Precision::F32),
+        )
+        .with_placement(
+            OpKind::Conv2dInputGrad,
+            Placement::accelerator(Precision::F32),
+        )
+        .with_placement(
+            OpKind::Conv2dWeightGrad,
+            Placement::accelerator(Precision::F32),
+        );
 
     // A device that does not exist.
     {
@@ -115,7 +140,10 @@ fn unavailable_accelerator_falls_back_to_cpu() {
         HeteroApi::set_accelerator_device(&device(), burn_wgpu::WgpuDevice::DiscreteGpu(77));
         let status = HeteroApi::accelerator_status(&device());
         HeteroApi::set_accelerator_device(&device(), Default::default());
-        assert!(status.is_err(), "a missing device must be reported: {status:?}");
+        assert!(
+            status.is_err(),
+            "a missing device must be reported: {status:?}"
+        );
         HeteroApi::set_accelerator_device(&device(), burn_wgpu::WgpuDevice::DiscreteGpu(77));
         assert_falls_back_identically(all_f32.clone(), "missing device");
         HeteroApi::set_accelerator_device(&device(), Default::default());
@@ -137,10 +165,20 @@ fn failure_on_kth_op_falls_back_for_that_op_only() {
     let dev = device();
     let mut rng = rng_for("kth failure");
     let inputs: Vec<_> = (0..3)
-        .map(|_| (random_vec(&mut rng, XS.iter().product(), -1.0, 1.0), random_vec(&mut rng, WS.iter().product(), -1.0, 1.0)))
+        .map(|_| {
+            (
+                random_vec(&mut rng, XS.iter().product(), -1.0, 1.0),
+                random_vec(&mut rng, WS.iter().product(), -1.0, 1.0),
+            )
+        })
         .collect();
     let conv = |x: &[f32], w: &[f32]| -> (Vec<f32>, Vec<f32>) {
-        let run = |xb: Tensor<H, 4>, wb: Tensor<H, 4>| burn::tensor::module::conv2d(xb, wb, None, options()).into_data().into_vec::<f32>().unwrap();
+        let run = |xb: Tensor<H, 4>, wb: Tensor<H, 4>| {
+            burn::tensor::module::conv2d(xb, wb, None, options())
+                .into_data()
+                .into_vec::<f32>()
+                .unwrap()
+        };
         let reference = burn::tensor::module::conv2d(
             Tensor::<N, 4>::from_data(TensorData::new(x.to_vec(), XS), &dev),
             Tensor::<N, 4>::from_data(TensorData::new(w.to_vec(), WS), &dev),
@@ -166,8 +204,18 @@ fn failure_on_kth_op_falls_back_for_that_op_only() {
             }
         }
     });
-    assert_eq!(delta.get(OpKind::Conv2dForward, Ran::Accelerator(Precision::F32)).calls, 2, "{delta}");
-    assert_eq!(delta.get(OpKind::Conv2dForward, Ran::CpuFallback).calls, 1, "{delta}");
+    assert_eq!(
+        delta
+            .get(OpKind::Conv2dForward, Ran::Accelerator(Precision::F32))
+            .calls,
+        2,
+        "{delta}"
+    );
+    assert_eq!(
+        delta.get(OpKind::Conv2dForward, Ran::CpuFallback).calls,
+        1,
+        "{delta}"
+    );
 }
 
 #[test]
@@ -182,20 +230,32 @@ fn strict_mode_turns_fallbacks_into_errors() {
     };
     // An op failing on the accelerator.
     {
-        let _s = settings(HeteroConfig::cpu_only().with_placement(OpKind::Conv2dForward, f32p).with_strict(true));
+        let _s = settings(
+            HeteroConfig::cpu_only()
+                .with_placement(OpKind::Conv2dForward, f32p)
+                .with_strict(true),
+        );
         burn_hetero::inject_accelerator_failure(Some(1));
         let err = std::panic::catch_unwind(conv).expect_err("strict mode must fail");
         let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
-        assert!(msg.contains("strict mode") && msg.contains("injected"), "{msg}");
+        assert!(
+            msg.contains("strict mode") && msg.contains("injected"),
+            "{msg}"
+        );
     }
     // No accelerator.
     {
-        let mut off = HeteroConfig::cpu_only().with_placement(OpKind::Conv2dForward, f32p).with_strict(true);
+        let mut off = HeteroConfig::cpu_only()
+            .with_placement(OpKind::Conv2dForward, f32p)
+            .with_strict(true);
         off.accelerator_enabled = false;
         let _s = settings(off);
         let err = std::panic::catch_unwind(conv).expect_err("strict mode must fail");
         let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
-        assert!(msg.contains("strict mode") && msg.contains("disabled"), "{msg}");
+        assert!(
+            msg.contains("strict mode") && msg.contains("disabled"),
+            "{msg}"
+        );
     }
     // And without strict mode the same failure is absorbed.
     {
@@ -208,7 +268,8 @@ fn strict_mode_turns_fallbacks_into_errors() {
 #[test]
 fn placement_override_syntax() {
     let mut c = HeteroConfig::cpu_only();
-    c.apply_placement_override("forward=f16, dgrad=bf16,wgrad=f32, matmul=cpu").unwrap();
+    c.apply_placement_override("forward=f16, dgrad=bf16,wgrad=f32, matmul=cpu")
+        .unwrap();
     assert_eq!(c.conv2d_forward, Placement::accelerator(Precision::F16));
     assert_eq!(c.conv2d_input_grad, Placement::accelerator(Precision::BF16));
     assert_eq!(c.conv2d_weight_grad, Placement::accelerator(Precision::F32));
@@ -217,7 +278,10 @@ fn placement_override_syntax() {
     assert_eq!(c, HeteroConfig::cpu_only());
     let before = c.clone();
     for bad in ["forward=f8", "fwd=f16", "forward", "conv=f16,matmul=gpu"] {
-        assert!(c.apply_placement_override(bad).is_err(), "{bad} must be rejected");
+        assert!(
+            c.apply_placement_override(bad).is_err(),
+            "{bad} must be rejected"
+        );
         assert_eq!(c, before, "a rejected override must change nothing");
     }
 }

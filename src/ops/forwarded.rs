@@ -21,7 +21,12 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("FloatTensorOps::float_from_data");
         <C as FloatTensorOps<C>>::float_from_data(data, device)
     }
-    fn float_random( shape: Shape, distribution: Distribution, device: &Device<Self>, dtype: FloatDType, ) -> FloatTensor<Self> {
+    fn float_random(
+        shape: Shape,
+        distribution: Distribution,
+        device: &Device<Self>,
+        dtype: FloatDType,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_random");
         <C as FloatTensorOps<C>>::float_random(shape, distribution, device, dtype)
@@ -36,12 +41,19 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("FloatTensorOps::float_ones");
         <C as FloatTensorOps<C>>::float_ones(shape, device, dtype)
     }
-    fn float_full( shape: Shape, fill_value: Scalar, device: &Device<Self>, dtype: FloatDType, ) -> FloatTensor<Self> {
+    fn float_full(
+        shape: Shape,
+        fill_value: Scalar,
+        device: &Device<Self>,
+        dtype: FloatDType,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_full");
         <C as FloatTensorOps<C>>::float_full(shape, fill_value, device, dtype)
     }
-    fn float_into_data( tensor: FloatTensor<Self>, ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
+    fn float_into_data(
+        tensor: FloatTensor<Self>,
+    ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_into_data");
         <C as FloatTensorOps<C>>::float_into_data(tensor)
@@ -141,7 +153,11 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("FloatTensorOps::float_matmul");
         placed::float_matmul::<C, A>(lhs, rhs)
     }
-    fn float_cross(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+    fn float_cross(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        dim: usize,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cross");
         <C as FloatTensorOps<C>>::float_cross(lhs, rhs, dim)
@@ -181,17 +197,31 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("FloatTensorOps::float_reshape");
         <C as FloatTensorOps<C>>::float_reshape(tensor, shape)
     }
-    fn float_gather(dim: usize, tensor: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
+    fn float_gather(
+        dim: usize,
+        tensor: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_gather");
         <C as FloatTensorOps<C>>::float_gather(dim, tensor, indices)
     }
-    fn float_scatter_add( dim: usize, tensor: FloatTensor<Self>, indices: IntTensor<Self>, value: FloatTensor<Self>, ) -> FloatTensor<Self> {
+    fn float_scatter_add(
+        dim: usize,
+        tensor: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_scatter_add");
         <C as FloatTensorOps<C>>::float_scatter_add(dim, tensor, indices, value)
     }
-    fn float_scatter_nd( _data: FloatTensor<Self>, _indices: IntTensor<Self>, _values: FloatTensor<Self>, _reduction: burn_backend::tensor::IndexingUpdateOp, ) -> FloatTensor<Self> {
+    fn float_scatter_nd(
+        _data: FloatTensor<Self>,
+        _indices: IntTensor<Self>,
+        _values: FloatTensor<Self>,
+        _reduction: burn_backend::tensor::IndexingUpdateOp,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_scatter_nd");
         <C as FloatTensorOps<C>>::float_scatter_nd(_data, _indices, _values, _reduction)
@@ -201,12 +231,21 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("FloatTensorOps::float_gather_nd");
         <C as FloatTensorOps<C>>::float_gather_nd(_data, _indices)
     }
-    fn float_select(tensor: FloatTensor<Self>, dim: usize, indices: IntTensor<Self>) -> FloatTensor<Self> {
+    fn float_select(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_select");
         <C as FloatTensorOps<C>>::float_select(tensor, dim, indices)
     }
-    fn float_select_add( tensor: FloatTensor<Self>, dim: usize, indices: IntTensor<Self>, value: FloatTensor<Self>, ) -> FloatTensor<Self> {
+    fn float_select_add(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_select_add");
         <C as FloatTensorOps<C>>::float_select_add(tensor, dim, indices, value)
@@ -216,77 +255,137 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("FloatTensorOps::float_slice");
         <C as FloatTensorOps<C>>::float_slice(tensor, slices)
     }
-    fn float_slice_assign( tensor: FloatTensor<Self>, slices: &[Slice], value: FloatTensor<Self>, ) -> FloatTensor<Self> {
+    fn float_slice_assign(
+        tensor: FloatTensor<Self>,
+        slices: &[Slice],
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_slice_assign");
         <C as FloatTensorOps<C>>::float_slice_assign(tensor, slices, value)
     }
-    fn float_mask_where( tensor: FloatTensor<Self>, mask: BoolTensor<Self>, value: FloatTensor<Self>, ) -> FloatTensor<Self> {
+    fn float_mask_where(
+        tensor: FloatTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_mask_where");
         <C as FloatTensorOps<C>>::float_mask_where(tensor, mask, value)
     }
-    fn float_mask_fill( tensor: FloatTensor<Self>, mask: BoolTensor<Self>, value: Scalar, ) -> FloatTensor<Self> {
+    fn float_mask_fill(
+        tensor: FloatTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: Scalar,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_mask_fill");
         <C as FloatTensorOps<C>>::float_mask_fill(tensor, mask, value)
     }
-    fn float_equal(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
+    fn float_equal(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_equal");
         <C as FloatTensorOps<C>>::float_equal(lhs, rhs, out_dtype)
     }
-    fn float_not_equal( lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, out_dtype: BoolDType, ) -> BoolTensor<Self> {
+    fn float_not_equal(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_not_equal");
         <C as FloatTensorOps<C>>::float_not_equal(lhs, rhs, out_dtype)
     }
-    fn float_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> {
+    fn float_equal_elem(
+        lhs: FloatTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_equal_elem");
         <C as FloatTensorOps<C>>::float_equal_elem(lhs, rhs, out_dtype)
     }
-    fn float_not_equal_elem( lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType, ) -> BoolTensor<Self> {
+    fn float_not_equal_elem(
+        lhs: FloatTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_not_equal_elem");
         <C as FloatTensorOps<C>>::float_not_equal_elem(lhs, rhs, out_dtype)
     }
-    fn float_greater( lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, out_dtype: BoolDType, ) -> BoolTensor<Self> {
+    fn float_greater(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_greater");
         <C as FloatTensorOps<C>>::float_greater(lhs, rhs, out_dtype)
     }
-    fn float_greater_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> {
+    fn float_greater_elem(
+        lhs: FloatTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_greater_elem");
         <C as FloatTensorOps<C>>::float_greater_elem(lhs, rhs, out_dtype)
     }
-    fn float_greater_equal( lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, out_dtype: BoolDType, ) -> BoolTensor<Self> {
+    fn float_greater_equal(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_greater_equal");
         <C as FloatTensorOps<C>>::float_greater_equal(lhs, rhs, out_dtype)
     }
-    fn float_greater_equal_elem( lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType, ) -> BoolTensor<Self> {
+    fn float_greater_equal_elem(
+        lhs: FloatTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_greater_equal_elem");
         <C as FloatTensorOps<C>>::float_greater_equal_elem(lhs, rhs, out_dtype)
     }
-    fn float_lower(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
+    fn float_lower(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_lower");
         <C as FloatTensorOps<C>>::float_lower(lhs, rhs, out_dtype)
     }
-    fn float_lower_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> {
+    fn float_lower_elem(
+        lhs: FloatTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_lower_elem");
         <C as FloatTensorOps<C>>::float_lower_elem(lhs, rhs, out_dtype)
     }
-    fn float_lower_equal( lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, out_dtype: BoolDType, ) -> BoolTensor<Self> {
+    fn float_lower_equal(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_lower_equal");
         <C as FloatTensorOps<C>>::float_lower_equal(lhs, rhs, out_dtype)
     }
-    fn float_lower_equal_elem( lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType, ) -> BoolTensor<Self> {
+    fn float_lower_equal_elem(
+        lhs: FloatTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_lower_equal_elem");
         <C as FloatTensorOps<C>>::float_lower_equal_elem(lhs, rhs, out_dtype)
@@ -516,7 +615,12 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("FloatTensorOps::float_argmax");
         <C as FloatTensorOps<C>>::float_argmax(tensor, dim, out_dtype)
     }
-    fn float_argtopk( tensor: FloatTensor<Self>, dim: usize, k: usize, out_dtype: IntDType, ) -> IntTensor<Self> {
+    fn float_argtopk(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        k: usize,
+        out_dtype: IntDType,
+    ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_argtopk");
         <C as FloatTensorOps<C>>::float_argtopk(tensor, dim, k, out_dtype)
@@ -541,7 +645,11 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("FloatTensorOps::float_max_dim");
         <C as FloatTensorOps<C>>::float_max_dim(tensor, dim)
     }
-    fn float_max_dim_with_indices( tensor: FloatTensor<Self>, dim: usize, indices_dtype: IntDType, ) -> (FloatTensor<Self>, IntTensor<Self>) {
+    fn float_max_dim_with_indices(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        indices_dtype: IntDType,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_max_dim_with_indices");
         <C as FloatTensorOps<C>>::float_max_dim_with_indices(tensor, dim, indices_dtype)
@@ -556,7 +664,11 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("FloatTensorOps::float_min_dim");
         <C as FloatTensorOps<C>>::float_min_dim(tensor, dim)
     }
-    fn float_min_dim_with_indices( tensor: FloatTensor<Self>, dim: usize, indices_dtype: IntDType, ) -> (FloatTensor<Self>, IntTensor<Self>) {
+    fn float_min_dim_with_indices(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        indices_dtype: IntDType,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_min_dim_with_indices");
         <C as FloatTensorOps<C>>::float_min_dim_with_indices(tensor, dim, indices_dtype)
@@ -576,7 +688,11 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("FloatTensorOps::float_any");
         <C as FloatTensorOps<C>>::float_any(tensor, out_dtype)
     }
-    fn float_any_dim(tensor: FloatTensor<Self>, dim: usize, out_dtype: BoolDType) -> BoolTensor<Self> {
+    fn float_any_dim(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_any_dim");
         <C as FloatTensorOps<C>>::float_any_dim(tensor, dim, out_dtype)
@@ -586,7 +702,11 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("FloatTensorOps::float_all");
         <C as FloatTensorOps<C>>::float_all(tensor, out_dtype)
     }
-    fn float_all_dim(tensor: FloatTensor<Self>, dim: usize, out_dtype: BoolDType) -> BoolTensor<Self> {
+    fn float_all_dim(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_all_dim");
         <C as FloatTensorOps<C>>::float_all_dim(tensor, dim, out_dtype)
@@ -606,22 +726,41 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("FloatTensorOps::float_sort");
         <C as FloatTensorOps<C>>::float_sort(tensor, dim, descending)
     }
-    fn float_sort_with_indices( tensor: FloatTensor<Self>, dim: usize, descending: bool, indices_dtype: IntDType, ) -> (FloatTensor<Self>, IntTensor<Self>) {
+    fn float_sort_with_indices(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        descending: bool,
+        indices_dtype: IntDType,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sort_with_indices");
         <C as FloatTensorOps<C>>::float_sort_with_indices(tensor, dim, descending, indices_dtype)
     }
-    fn float_argsort( tensor: FloatTensor<Self>, dim: usize, descending: bool, out_dtype: IntDType, ) -> IntTensor<Self> {
+    fn float_argsort(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        descending: bool,
+        out_dtype: IntDType,
+    ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_argsort");
         <C as FloatTensorOps<C>>::float_argsort(tensor, dim, descending, out_dtype)
     }
-    fn float_grid_sample_2d( tensor: FloatTensor<Self>, grid: FloatTensor<Self>, options: GridSampleOptions, ) -> FloatTensor<Self> {
+    fn float_grid_sample_2d(
+        tensor: FloatTensor<Self>,
+        grid: FloatTensor<Self>,
+        options: GridSampleOptions,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_grid_sample_2d");
         <C as FloatTensorOps<C>>::float_grid_sample_2d(tensor, grid, options)
     }
-    fn float_unfold(tensor: FloatTensor<Self>, dim: usize, size: usize, step: usize) -> FloatTensor<Self> {
+    fn float_unfold(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        size: usize,
+        step: usize,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_unfold");
         <C as FloatTensorOps<C>>::float_unfold(tensor, dim, size, step)
@@ -644,7 +783,9 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("IntTensorOps::int_empty");
         <C as IntTensorOps<C>>::int_empty(shape, device, dtype)
     }
-    fn int_into_data( tensor: IntTensor<Self>, ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
+    fn int_into_data(
+        tensor: IntTensor<Self>,
+    ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_into_data");
         <C as IntTensorOps<C>>::int_into_data(tensor)
@@ -674,7 +815,11 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("IntTensorOps::int_slice");
         <C as IntTensorOps<C>>::int_slice(tensor, slices)
     }
-    fn int_slice_assign( tensor: IntTensor<Self>, slices: &[Slice], value: IntTensor<Self>, ) -> IntTensor<Self> {
+    fn int_slice_assign(
+        tensor: IntTensor<Self>,
+        slices: &[Slice],
+        value: IntTensor<Self>,
+    ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_slice_assign");
         <C as IntTensorOps<C>>::int_slice_assign(tensor, slices, value)
@@ -684,27 +829,49 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("IntTensorOps::int_into_float");
         <C as IntTensorOps<C>>::int_into_float(tensor, out_dtype)
     }
-    fn int_mask_where( tensor: IntTensor<Self>, mask: BoolTensor<Self>, value: IntTensor<Self>, ) -> IntTensor<Self> {
+    fn int_mask_where(
+        tensor: IntTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: IntTensor<Self>,
+    ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_mask_where");
         <C as IntTensorOps<C>>::int_mask_where(tensor, mask, value)
     }
-    fn int_mask_fill(tensor: IntTensor<Self>, mask: BoolTensor<Self>, value: Scalar) -> IntTensor<Self> {
+    fn int_mask_fill(
+        tensor: IntTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: Scalar,
+    ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_mask_fill");
         <C as IntTensorOps<C>>::int_mask_fill(tensor, mask, value)
     }
-    fn int_gather(dim: usize, tensor: IntTensor<Self>, indices: IntTensor<Self>) -> IntTensor<Self> {
+    fn int_gather(
+        dim: usize,
+        tensor: IntTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_gather");
         <C as IntTensorOps<C>>::int_gather(dim, tensor, indices)
     }
-    fn int_scatter_add( dim: usize, tensor: IntTensor<Self>, indices: IntTensor<Self>, value: IntTensor<Self>, ) -> IntTensor<Self> {
+    fn int_scatter_add(
+        dim: usize,
+        tensor: IntTensor<Self>,
+        indices: IntTensor<Self>,
+        value: IntTensor<Self>,
+    ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_scatter_add");
         <C as IntTensorOps<C>>::int_scatter_add(dim, tensor, indices, value)
     }
-    fn int_scatter_nd( _data: IntTensor<Self>, _indices: IntTensor<Self>, _values: IntTensor<Self>, _reduction: burn_backend::tensor::IndexingUpdateOp, ) -> IntTensor<Self> {
+    fn int_scatter_nd(
+        _data: IntTensor<Self>,
+        _indices: IntTensor<Self>,
+        _values: IntTensor<Self>,
+        _reduction: burn_backend::tensor::IndexingUpdateOp,
+    ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_scatter_nd");
         <C as IntTensorOps<C>>::int_scatter_nd(_data, _indices, _values, _reduction)
@@ -714,12 +881,21 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("IntTensorOps::int_gather_nd");
         <C as IntTensorOps<C>>::int_gather_nd(_data, _indices)
     }
-    fn int_select(tensor: IntTensor<Self>, dim: usize, indices: IntTensor<Self>) -> IntTensor<Self> {
+    fn int_select(
+        tensor: IntTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+    ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_select");
         <C as IntTensorOps<C>>::int_select(tensor, dim, indices)
     }
-    fn int_select_add( tensor: IntTensor<Self>, dim: usize, indices: IntTensor<Self>, value: IntTensor<Self>, ) -> IntTensor<Self> {
+    fn int_select_add(
+        tensor: IntTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+        value: IntTensor<Self>,
+    ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_select_add");
         <C as IntTensorOps<C>>::int_select_add(tensor, dim, indices, value)
@@ -734,12 +910,20 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("IntTensorOps::int_cat");
         <C as IntTensorOps<C>>::int_cat(tensors, dim)
     }
-    fn int_equal(lhs: IntTensor<Self>, rhs: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
+    fn int_equal(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_equal");
         <C as IntTensorOps<C>>::int_equal(lhs, rhs, out_dtype)
     }
-    fn int_not_equal(lhs: IntTensor<Self>, rhs: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
+    fn int_not_equal(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_not_equal");
         <C as IntTensorOps<C>>::int_not_equal(lhs, rhs, out_dtype)
@@ -749,32 +933,56 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("IntTensorOps::int_equal_elem");
         <C as IntTensorOps<C>>::int_equal_elem(lhs, rhs, out_dtype)
     }
-    fn int_not_equal_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> {
+    fn int_not_equal_elem(
+        lhs: IntTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_not_equal_elem");
         <C as IntTensorOps<C>>::int_not_equal_elem(lhs, rhs, out_dtype)
     }
-    fn int_greater(lhs: IntTensor<Self>, rhs: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
+    fn int_greater(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_greater");
         <C as IntTensorOps<C>>::int_greater(lhs, rhs, out_dtype)
     }
-    fn int_greater_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> {
+    fn int_greater_elem(
+        lhs: IntTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_greater_elem");
         <C as IntTensorOps<C>>::int_greater_elem(lhs, rhs, out_dtype)
     }
-    fn int_greater_equal( lhs: IntTensor<Self>, rhs: IntTensor<Self>, out_dtype: BoolDType, ) -> BoolTensor<Self> {
+    fn int_greater_equal(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_greater_equal");
         <C as IntTensorOps<C>>::int_greater_equal(lhs, rhs, out_dtype)
     }
-    fn int_greater_equal_elem( lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType, ) -> BoolTensor<Self> {
+    fn int_greater_equal_elem(
+        lhs: IntTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_greater_equal_elem");
         <C as IntTensorOps<C>>::int_greater_equal_elem(lhs, rhs, out_dtype)
     }
-    fn int_lower(lhs: IntTensor<Self>, rhs: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
+    fn int_lower(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_lower");
         <C as IntTensorOps<C>>::int_lower(lhs, rhs, out_dtype)
@@ -784,12 +992,20 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("IntTensorOps::int_lower_elem");
         <C as IntTensorOps<C>>::int_lower_elem(lhs, rhs, out_dtype)
     }
-    fn int_lower_equal(lhs: IntTensor<Self>, rhs: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
+    fn int_lower_equal(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_lower_equal");
         <C as IntTensorOps<C>>::int_lower_equal(lhs, rhs, out_dtype)
     }
-    fn int_lower_equal_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> {
+    fn int_lower_equal_elem(
+        lhs: IntTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_lower_equal_elem");
         <C as IntTensorOps<C>>::int_lower_equal_elem(lhs, rhs, out_dtype)
@@ -894,7 +1110,12 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("IntTensorOps::int_ones");
         <C as IntTensorOps<C>>::int_ones(shape, device, dtype)
     }
-    fn int_full( shape: Shape, fill_value: Scalar, device: &Device<Self>, dtype: IntDType, ) -> IntTensor<Self> {
+    fn int_full(
+        shape: Shape,
+        fill_value: Scalar,
+        device: &Device<Self>,
+        dtype: IntDType,
+    ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_full");
         <C as IntTensorOps<C>>::int_full(shape, fill_value, device, dtype)
@@ -979,7 +1200,10 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("IntTensorOps::int_max_dim");
         <C as IntTensorOps<C>>::int_max_dim(tensor, dim)
     }
-    fn int_max_dim_with_indices(tensor: IntTensor<Self>, dim: usize) -> (IntTensor<Self>, IntTensor<Self>) {
+    fn int_max_dim_with_indices(
+        tensor: IntTensor<Self>,
+        dim: usize,
+    ) -> (IntTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_max_dim_with_indices");
         <C as IntTensorOps<C>>::int_max_dim_with_indices(tensor, dim)
@@ -1004,7 +1228,10 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("IntTensorOps::int_min_dim");
         <C as IntTensorOps<C>>::int_min_dim(tensor, dim)
     }
-    fn int_min_dim_with_indices(tensor: IntTensor<Self>, dim: usize) -> (IntTensor<Self>, IntTensor<Self>) {
+    fn int_min_dim_with_indices(
+        tensor: IntTensor<Self>,
+        dim: usize,
+    ) -> (IntTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_min_dim_with_indices");
         <C as IntTensorOps<C>>::int_min_dim_with_indices(tensor, dim)
@@ -1034,12 +1261,22 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("IntTensorOps::int_flip");
         <C as IntTensorOps<C>>::int_flip(tensor, axes)
     }
-    fn int_random( shape: Shape, distribution: Distribution, device: &Device<Self>, dtype: IntDType, ) -> IntTensor<Self> {
+    fn int_random(
+        shape: Shape,
+        distribution: Distribution,
+        device: &Device<Self>,
+        dtype: IntDType,
+    ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_random");
         <C as IntTensorOps<C>>::int_random(shape, distribution, device, dtype)
     }
-    fn int_arange_step( range: Range<i64>, step: usize, device: &Device<Self>, dtype: IntDType, ) -> IntTensor<Self> {
+    fn int_arange_step(
+        range: Range<i64>,
+        step: usize,
+        device: &Device<Self>,
+        dtype: IntDType,
+    ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_arange_step");
         <C as IntTensorOps<C>>::int_arange_step(range, step, device, dtype)
@@ -1084,7 +1321,11 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("IntTensorOps::int_sort");
         <C as IntTensorOps<C>>::int_sort(tensor, dim, descending)
     }
-    fn int_sort_with_indices( tensor: IntTensor<Self>, dim: usize, descending: bool, ) -> (IntTensor<Self>, IntTensor<Self>) {
+    fn int_sort_with_indices(
+        tensor: IntTensor<Self>,
+        dim: usize,
+        descending: bool,
+    ) -> (IntTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_sort_with_indices");
         <C as IntTensorOps<C>>::int_sort_with_indices(tensor, dim, descending)
@@ -1154,7 +1395,12 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("IntTensorOps::int_cast");
         <C as IntTensorOps<C>>::int_cast(tensor, dtype)
     }
-    fn int_unfold(tensor: IntTensor<Self>, dim: usize, size: usize, step: usize) -> IntTensor<Self> {
+    fn int_unfold(
+        tensor: IntTensor<Self>,
+        dim: usize,
+        size: usize,
+        step: usize,
+    ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_unfold");
         <C as IntTensorOps<C>>::int_unfold(tensor, dim, size, step)
@@ -1177,7 +1423,9 @@ impl<C: Backend, A: Accelerator> BoolTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("BoolTensorOps::bool_ones");
         <C as BoolTensorOps<C>>::bool_ones(shape, device, dtype)
     }
-    fn bool_into_data( tensor: BoolTensor<Self>, ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
+    fn bool_into_data(
+        tensor: BoolTensor<Self>,
+    ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_into_data");
         <C as BoolTensorOps<C>>::bool_into_data(tensor)
@@ -1217,37 +1465,67 @@ impl<C: Backend, A: Accelerator> BoolTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("BoolTensorOps::bool_slice");
         <C as BoolTensorOps<C>>::bool_slice(tensor, slices)
     }
-    fn bool_slice_assign( tensor: BoolTensor<Self>, slices: &[Slice], value: BoolTensor<Self>, ) -> BoolTensor<Self> {
+    fn bool_slice_assign(
+        tensor: BoolTensor<Self>,
+        slices: &[Slice],
+        value: BoolTensor<Self>,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_slice_assign");
         <C as BoolTensorOps<C>>::bool_slice_assign(tensor, slices, value)
     }
-    fn bool_mask_where( tensor: BoolTensor<Self>, mask: BoolTensor<Self>, value: BoolTensor<Self>, ) -> BoolTensor<Self> {
+    fn bool_mask_where(
+        tensor: BoolTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: BoolTensor<Self>,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_mask_where");
         <C as BoolTensorOps<C>>::bool_mask_where(tensor, mask, value)
     }
-    fn bool_mask_fill(tensor: BoolTensor<Self>, mask: BoolTensor<Self>, value: Scalar) -> BoolTensor<Self> {
+    fn bool_mask_fill(
+        tensor: BoolTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: Scalar,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_mask_fill");
         <C as BoolTensorOps<C>>::bool_mask_fill(tensor, mask, value)
     }
-    fn bool_gather(dim: usize, tensor: BoolTensor<Self>, indices: IntTensor<Self>) -> BoolTensor<Self> {
+    fn bool_gather(
+        dim: usize,
+        tensor: BoolTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_gather");
         <C as BoolTensorOps<C>>::bool_gather(dim, tensor, indices)
     }
-    fn bool_scatter_or( dim: usize, tensor: BoolTensor<Self>, indices: IntTensor<Self>, value: BoolTensor<Self>, ) -> BoolTensor<Self> {
+    fn bool_scatter_or(
+        dim: usize,
+        tensor: BoolTensor<Self>,
+        indices: IntTensor<Self>,
+        value: BoolTensor<Self>,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_scatter_or");
         <C as BoolTensorOps<C>>::bool_scatter_or(dim, tensor, indices, value)
     }
-    fn bool_select(tensor: BoolTensor<Self>, dim: usize, indices: IntTensor<Self>) -> BoolTensor<Self> {
+    fn bool_select(
+        tensor: BoolTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_select");
         <C as BoolTensorOps<C>>::bool_select(tensor, dim, indices)
     }
-    fn bool_select_or( tensor: BoolTensor<Self>, dim: usize, indices: IntTensor<Self>, value: BoolTensor<Self>, ) -> BoolTensor<Self> {
+    fn bool_select_or(
+        tensor: BoolTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+        value: BoolTensor<Self>,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_select_or");
         <C as BoolTensorOps<C>>::bool_select_or(tensor, dim, indices, value)
@@ -1342,7 +1620,10 @@ impl<C: Backend, A: Accelerator> BoolTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("BoolTensorOps::bool_all_dim");
         <C as BoolTensorOps<C>>::bool_all_dim(tensor, dim)
     }
-    fn bool_argwhere( tensor: BoolTensor<Self>, out_dtype: IntDType, ) -> impl Future<Output = IntTensor<Self>> + 'static + Send {
+    fn bool_argwhere(
+        tensor: BoolTensor<Self>,
+        out_dtype: IntDType,
+    ) -> impl Future<Output = IntTensor<Self>> + 'static + Send {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_argwhere");
         <C as BoolTensorOps<C>>::bool_argwhere(tensor, out_dtype)
@@ -1352,7 +1633,12 @@ impl<C: Backend, A: Accelerator> BoolTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("BoolTensorOps::bool_expand");
         <C as BoolTensorOps<C>>::bool_expand(tensor, shape)
     }
-    fn bool_unfold(tensor: BoolTensor<Self>, dim: usize, size: usize, step: usize) -> BoolTensor<Self> {
+    fn bool_unfold(
+        tensor: BoolTensor<Self>,
+        dim: usize,
+        size: usize,
+        step: usize,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_unfold");
         <C as BoolTensorOps<C>>::bool_unfold(tensor, dim, size, step)
@@ -1365,22 +1651,36 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
         crate::trace::hit("ModuleOps::embedding");
         <C as ModuleOps<C>>::embedding(weights, indices)
     }
-    fn embedding_backward( weights: FloatTensor<Self>, output_grad: FloatTensor<Self>, indices: IntTensor<Self>, ) -> FloatTensor<Self> {
+    fn embedding_backward(
+        weights: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::embedding_backward");
         <C as ModuleOps<C>>::embedding_backward(weights, output_grad, indices)
     }
-    fn linear( x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, ) -> FloatTensor<Self> {
+    fn linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::linear");
         <C as ModuleOps<C>>::linear(x, weight, bias)
     }
-    fn linear_x_backward(weight: FloatTensor<Self>, output_grad: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn linear_x_backward(
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::linear_x_backward");
         <C as ModuleOps<C>>::linear_x_backward(weight, output_grad)
     }
-    fn linear_weight_backward(x: FloatTensor<Self>, output_grad: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn linear_weight_backward(
+        x: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::linear_weight_backward");
         <C as ModuleOps<C>>::linear_weight_backward(x, output_grad)
@@ -1390,167 +1690,368 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
         crate::trace::hit("ModuleOps::linear_bias_backward");
         <C as ModuleOps<C>>::linear_bias_backward(output_grad)
     }
-    fn conv1d( x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, options: ConvOptions<1>, ) -> FloatTensor<Self> {
+    fn conv1d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        options: ConvOptions<1>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv1d");
         <C as ModuleOps<C>>::conv1d(x, weight, bias, options)
     }
-    fn conv1d_x_backward( x: FloatTensor<Self>, weight: FloatTensor<Self>, output_grad: FloatTensor<Self>, options: ConvOptions<1>, ) -> FloatTensor<Self> {
+    fn conv1d_x_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+        options: ConvOptions<1>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv1d_x_backward");
         <C as ModuleOps<C>>::conv1d_x_backward(x, weight, output_grad, options)
     }
-    fn conv1d_weight_backward( x: FloatTensor<Self>, weight: FloatTensor<Self>, output_grad: FloatTensor<Self>, options: ConvOptions<1>, ) -> FloatTensor<Self> {
+    fn conv1d_weight_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+        options: ConvOptions<1>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv1d_weight_backward");
         <C as ModuleOps<C>>::conv1d_weight_backward(x, weight, output_grad, options)
     }
-    fn conv1d_bias_backward( x: FloatTensor<Self>, bias: FloatTensor<Self>, output_grad: FloatTensor<Self>, ) -> FloatTensor<Self> {
+    fn conv1d_bias_backward(
+        x: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv1d_bias_backward");
         <C as ModuleOps<C>>::conv1d_bias_backward(x, bias, output_grad)
     }
-    fn conv2d( x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, options: ConvOptions<2>, ) -> FloatTensor<Self> {
+    fn conv2d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv2d");
         placed::conv2d::<C, A>(x, weight, bias, options)
     }
-    fn conv2d_x_backward( x: FloatTensor<Self>, weight: FloatTensor<Self>, output_grad: FloatTensor<Self>, options: ConvOptions<2>, ) -> FloatTensor<Self> {
+    fn conv2d_x_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv2d_x_backward");
         placed::conv2d_x_backward::<C, A>(x, weight, output_grad, options)
     }
-    fn conv2d_weight_backward( x: FloatTensor<Self>, weight: FloatTensor<Self>, output_grad: FloatTensor<Self>, options: ConvOptions<2>, ) -> FloatTensor<Self> {
+    fn conv2d_weight_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv2d_weight_backward");
         placed::conv2d_weight_backward::<C, A>(x, weight, output_grad, options)
     }
-    fn conv2d_bias_backward( x: FloatTensor<Self>, bias: FloatTensor<Self>, output_grad: FloatTensor<Self>, ) -> FloatTensor<Self> {
+    fn conv2d_bias_backward(
+        x: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv2d_bias_backward");
         <C as ModuleOps<C>>::conv2d_bias_backward(x, bias, output_grad)
     }
-    fn deform_conv2d( x: FloatTensor<Self>, offset: FloatTensor<Self>, weight: FloatTensor<Self>, mask: Option<FloatTensor<Self>>, bias: Option<FloatTensor<Self>>, options: DeformConvOptions<2>, ) -> FloatTensor<Self> {
+    fn deform_conv2d(
+        x: FloatTensor<Self>,
+        offset: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        mask: Option<FloatTensor<Self>>,
+        bias: Option<FloatTensor<Self>>,
+        options: DeformConvOptions<2>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::deform_conv2d");
         <C as ModuleOps<C>>::deform_conv2d(x, offset, weight, mask, bias, options)
     }
-    fn deform_conv2d_backward( x: FloatTensor<Self>, offset: FloatTensor<Self>, weight: FloatTensor<Self>, mask: Option<FloatTensor<Self>>, bias: Option<FloatTensor<Self>>, output_grad: FloatTensor<Self>, options: DeformConvOptions<2>, ) -> DeformConv2dBackward<Self> {
+    fn deform_conv2d_backward(
+        x: FloatTensor<Self>,
+        offset: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        mask: Option<FloatTensor<Self>>,
+        bias: Option<FloatTensor<Self>>,
+        output_grad: FloatTensor<Self>,
+        options: DeformConvOptions<2>,
+    ) -> DeformConv2dBackward<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::deform_conv2d_backward");
-        rebind(<C as ModuleOps<C>>::deform_conv2d_backward(x, offset, weight, mask, bias, output_grad, options))
+        rebind(<C as ModuleOps<C>>::deform_conv2d_backward(
+            x,
+            offset,
+            weight,
+            mask,
+            bias,
+            output_grad,
+            options,
+        ))
     }
-    fn conv3d( x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, options: ConvOptions<3>, ) -> FloatTensor<Self> {
+    fn conv3d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        options: ConvOptions<3>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv3d");
         <C as ModuleOps<C>>::conv3d(x, weight, bias, options)
     }
-    fn conv3d_x_backward( x: FloatTensor<Self>, weight: FloatTensor<Self>, output_grad: FloatTensor<Self>, options: ConvOptions<3>, ) -> FloatTensor<Self> {
+    fn conv3d_x_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+        options: ConvOptions<3>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv3d_x_backward");
         <C as ModuleOps<C>>::conv3d_x_backward(x, weight, output_grad, options)
     }
-    fn conv3d_weight_backward( x: FloatTensor<Self>, weight: FloatTensor<Self>, output_grad: FloatTensor<Self>, options: ConvOptions<3>, ) -> FloatTensor<Self> {
+    fn conv3d_weight_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+        options: ConvOptions<3>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv3d_weight_backward");
         <C as ModuleOps<C>>::conv3d_weight_backward(x, weight, output_grad, options)
     }
-    fn conv3d_bias_backward( x: FloatTensor<Self>, bias: FloatTensor<Self>, output_grad: FloatTensor<Self>, ) -> FloatTensor<Self> {
+    fn conv3d_bias_backward(
+        x: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv3d_bias_backward");
         <C as ModuleOps<C>>::conv3d_bias_backward(x, bias, output_grad)
     }
-    fn conv_transpose1d( x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, options: ConvTransposeOptions<1>, ) -> FloatTensor<Self> {
+    fn conv_transpose1d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        options: ConvTransposeOptions<1>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose1d");
         <C as ModuleOps<C>>::conv_transpose1d(x, weight, bias, options)
     }
-    fn conv_transpose1d_x_backward( weight: FloatTensor<Self>, output_grad: FloatTensor<Self>, options: ConvTransposeOptions<1>, ) -> FloatTensor<Self> {
+    fn conv_transpose1d_x_backward(
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+        options: ConvTransposeOptions<1>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose1d_x_backward");
         <C as ModuleOps<C>>::conv_transpose1d_x_backward(weight, output_grad, options)
     }
-    fn conv_transpose1d_weight_backward( x: FloatTensor<Self>, weight: FloatTensor<Self>, output_grad: FloatTensor<Self>, options: ConvTransposeOptions<1>, ) -> FloatTensor<Self> {
+    fn conv_transpose1d_weight_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+        options: ConvTransposeOptions<1>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose1d_weight_backward");
         <C as ModuleOps<C>>::conv_transpose1d_weight_backward(x, weight, output_grad, options)
     }
-    fn conv_transpose1d_bias_backward( x: FloatTensor<Self>, bias: FloatTensor<Self>, output_grad: FloatTensor<Self>, ) -> FloatTensor<Self> {
+    fn conv_transpose1d_bias_backward(
+        x: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose1d_bias_backward");
         <C as ModuleOps<C>>::conv_transpose1d_bias_backward(x, bias, output_grad)
     }
-    fn conv_transpose2d( x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, options: ConvTransposeOptions<2>, ) -> FloatTensor<Self> {
+    fn conv_transpose2d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        options: ConvTransposeOptions<2>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose2d");
         <C as ModuleOps<C>>::conv_transpose2d(x, weight, bias, options)
     }
-    fn conv_transpose2d_x_backward( weight: FloatTensor<Self>, output_grad: FloatTensor<Self>, options: ConvTransposeOptions<2>, ) -> FloatTensor<Self> {
+    fn conv_transpose2d_x_backward(
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+        options: ConvTransposeOptions<2>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose2d_x_backward");
         <C as ModuleOps<C>>::conv_transpose2d_x_backward(weight, output_grad, options)
     }
-    fn conv_transpose2d_weight_backward( x: FloatTensor<Self>, weight: FloatTensor<Self>, output_grad: FloatTensor<Self>, options: ConvTransposeOptions<2>, ) -> FloatTensor<Self> {
+    fn conv_transpose2d_weight_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+        options: ConvTransposeOptions<2>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose2d_weight_backward");
         <C as ModuleOps<C>>::conv_transpose2d_weight_backward(x, weight, output_grad, options)
     }
-    fn conv_transpose2d_bias_backward( x: FloatTensor<Self>, bias: FloatTensor<Self>, output_grad: FloatTensor<Self>, ) -> FloatTensor<Self> {
+    fn conv_transpose2d_bias_backward(
+        x: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose2d_bias_backward");
         <C as ModuleOps<C>>::conv_transpose2d_bias_backward(x, bias, output_grad)
     }
-    fn conv_transpose3d( x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, options: ConvTransposeOptions<3>, ) -> FloatTensor<Self> {
+    fn conv_transpose3d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        options: ConvTransposeOptions<3>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose3d");
         <C as ModuleOps<C>>::conv_transpose3d(x, weight, bias, options)
     }
-    fn conv_transpose3d_x_backward( weight: FloatTensor<Self>, output_grad: FloatTensor<Self>, options: ConvTransposeOptions<3>, ) -> FloatTensor<Self> {
+    fn conv_transpose3d_x_backward(
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+        options: ConvTransposeOptions<3>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose3d_x_backward");
         <C as ModuleOps<C>>::conv_transpose3d_x_backward(weight, output_grad, options)
     }
-    fn conv_transpose3d_weight_backward( x: FloatTensor<Self>, weight: FloatTensor<Self>, output_grad: FloatTensor<Self>, options: ConvTransposeOptions<3>, ) -> FloatTensor<Self> {
+    fn conv_transpose3d_weight_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+        options: ConvTransposeOptions<3>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose3d_weight_backward");
         <C as ModuleOps<C>>::conv_transpose3d_weight_backward(x, weight, output_grad, options)
     }
-    fn conv_transpose3d_bias_backward( x: FloatTensor<Self>, bias: FloatTensor<Self>, output_grad: FloatTensor<Self>, ) -> FloatTensor<Self> {
+    fn conv_transpose3d_bias_backward(
+        x: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose3d_bias_backward");
         <C as ModuleOps<C>>::conv_transpose3d_bias_backward(x, bias, output_grad)
     }
-    fn unfold4d( x: FloatTensor<Self>, kernel_size: [usize; 2], options: UnfoldOptions, ) -> FloatTensor<Self> {
+    fn unfold4d(
+        x: FloatTensor<Self>,
+        kernel_size: [usize; 2],
+        options: UnfoldOptions,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::unfold4d");
         <C as ModuleOps<C>>::unfold4d(x, kernel_size, options)
     }
-    fn avg_pool1d( x: FloatTensor<Self>, kernel_size: usize, stride: usize, padding: usize, count_include_pad: bool, ceil_mode: bool, ) -> FloatTensor<Self> {
+    fn avg_pool1d(
+        x: FloatTensor<Self>,
+        kernel_size: usize,
+        stride: usize,
+        padding: usize,
+        count_include_pad: bool,
+        ceil_mode: bool,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::avg_pool1d");
-        <C as ModuleOps<C>>::avg_pool1d(x, kernel_size, stride, padding, count_include_pad, ceil_mode)
+        <C as ModuleOps<C>>::avg_pool1d(
+            x,
+            kernel_size,
+            stride,
+            padding,
+            count_include_pad,
+            ceil_mode,
+        )
     }
-    fn avg_pool1d_backward( x: FloatTensor<Self>, grad: FloatTensor<Self>, kernel_size: usize, stride: usize, padding: usize, count_include_pad: bool, ceil_mode: bool, ) -> FloatTensor<Self> {
+    fn avg_pool1d_backward(
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        kernel_size: usize,
+        stride: usize,
+        padding: usize,
+        count_include_pad: bool,
+        ceil_mode: bool,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::avg_pool1d_backward");
-        <C as ModuleOps<C>>::avg_pool1d_backward(x, grad, kernel_size, stride, padding, count_include_pad, ceil_mode)
+        <C as ModuleOps<C>>::avg_pool1d_backward(
+            x,
+            grad,
+            kernel_size,
+            stride,
+            padding,
+            count_include_pad,
+            ceil_mode,
+        )
     }
-    fn avg_pool2d( x: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], count_include_pad: bool, ceil_mode: bool, ) -> FloatTensor<Self> {
+    fn avg_pool2d(
+        x: FloatTensor<Self>,
+        kernel_size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        count_include_pad: bool,
+        ceil_mode: bool,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::avg_pool2d");
-        <C as ModuleOps<C>>::avg_pool2d(x, kernel_size, stride, padding, count_include_pad, ceil_mode)
+        <C as ModuleOps<C>>::avg_pool2d(
+            x,
+            kernel_size,
+            stride,
+            padding,
+            count_include_pad,
+            ceil_mode,
+        )
     }
-    fn avg_pool2d_backward( x: FloatTensor<Self>, grad: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], count_include_pad: bool, ceil_mode: bool, ) -> FloatTensor<Self> {
+    fn avg_pool2d_backward(
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        kernel_size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        count_include_pad: bool,
+        ceil_mode: bool,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::avg_pool2d_backward");
-        <C as ModuleOps<C>>::avg_pool2d_backward(x, grad, kernel_size, stride, padding, count_include_pad, ceil_mode)
+        <C as ModuleOps<C>>::avg_pool2d_backward(
+            x,
+            grad,
+            kernel_size,
+            stride,
+            padding,
+            count_include_pad,
+            ceil_mode,
+        )
     }
     fn adaptive_avg_pool2d(x: FloatTensor<Self>, output_size: [usize; 2]) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::adaptive_avg_pool2d");
         <C as ModuleOps<C>>::adaptive_avg_pool2d(x, output_size)
     }
-    fn adaptive_avg_pool2d_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn adaptive_avg_pool2d_backward(
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::adaptive_avg_pool2d_backward");
         <C as ModuleOps<C>>::adaptive_avg_pool2d_backward(x, grad)
@@ -1560,62 +2061,170 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
         crate::trace::hit("ModuleOps::adaptive_avg_pool1d");
         <C as ModuleOps<C>>::adaptive_avg_pool1d(x, output_size)
     }
-    fn adaptive_avg_pool1d_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn adaptive_avg_pool1d_backward(
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::adaptive_avg_pool1d_backward");
         <C as ModuleOps<C>>::adaptive_avg_pool1d_backward(x, grad)
     }
-    fn max_pool1d( x: FloatTensor<Self>, kernel_size: usize, stride: usize, padding: usize, dilation: usize, ceil_mode: bool, ) -> FloatTensor<Self> {
+    fn max_pool1d(
+        x: FloatTensor<Self>,
+        kernel_size: usize,
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        ceil_mode: bool,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::max_pool1d");
         <C as ModuleOps<C>>::max_pool1d(x, kernel_size, stride, padding, dilation, ceil_mode)
     }
-    fn max_pool1d_with_indices( x: FloatTensor<Self>, kernel_size: usize, stride: usize, padding: usize, dilation: usize, ceil_mode: bool, ) -> MaxPool1dWithIndices<Self> {
+    fn max_pool1d_with_indices(
+        x: FloatTensor<Self>,
+        kernel_size: usize,
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        ceil_mode: bool,
+    ) -> MaxPool1dWithIndices<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::max_pool1d_with_indices");
-        rebind(<C as ModuleOps<C>>::max_pool1d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode))
+        rebind(<C as ModuleOps<C>>::max_pool1d_with_indices(
+            x,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+        ))
     }
-    fn max_pool1d_with_indices_backward( x: FloatTensor<Self>, kernel_size: usize, stride: usize, padding: usize, dilation: usize, ceil_mode: bool, output_grad: FloatTensor<Self>, indices: IntTensor<Self>, ) -> MaxPool1dBackward<Self> {
+    fn max_pool1d_with_indices_backward(
+        x: FloatTensor<Self>,
+        kernel_size: usize,
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        ceil_mode: bool,
+        output_grad: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> MaxPool1dBackward<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::max_pool1d_with_indices_backward");
-        rebind(<C as ModuleOps<C>>::max_pool1d_with_indices_backward(x, kernel_size, stride, padding, dilation, ceil_mode, output_grad, indices))
+        rebind(<C as ModuleOps<C>>::max_pool1d_with_indices_backward(
+            x,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+            output_grad,
+            indices,
+        ))
     }
-    fn max_pool2d( x: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], ceil_mode: bool, ) -> FloatTensor<Self> {
+    fn max_pool2d(
+        x: FloatTensor<Self>,
+        kernel_size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        ceil_mode: bool,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::max_pool2d");
         <C as ModuleOps<C>>::max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)
     }
-    fn max_pool2d_with_indices( x: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], ceil_mode: bool, ) -> MaxPool2dWithIndices<Self> {
+    fn max_pool2d_with_indices(
+        x: FloatTensor<Self>,
+        kernel_size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        ceil_mode: bool,
+    ) -> MaxPool2dWithIndices<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::max_pool2d_with_indices");
-        rebind(<C as ModuleOps<C>>::max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode))
+        rebind(<C as ModuleOps<C>>::max_pool2d_with_indices(
+            x,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+        ))
     }
-    fn max_pool2d_with_indices_backward( x: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], ceil_mode: bool, output_grad: FloatTensor<Self>, indices: IntTensor<Self>, ) -> MaxPool2dBackward<Self> {
+    fn max_pool2d_with_indices_backward(
+        x: FloatTensor<Self>,
+        kernel_size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        ceil_mode: bool,
+        output_grad: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> MaxPool2dBackward<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::max_pool2d_with_indices_backward");
-        rebind(<C as ModuleOps<C>>::max_pool2d_with_indices_backward(x, kernel_size, stride, padding, dilation, ceil_mode, output_grad, indices))
+        rebind(<C as ModuleOps<C>>::max_pool2d_with_indices_backward(
+            x,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+            output_grad,
+            indices,
+        ))
     }
-    fn interpolate( x: FloatTensor<Self>, output_size: [usize; 2], options: InterpolateOptions, ) -> FloatTensor<Self> {
+    fn interpolate(
+        x: FloatTensor<Self>,
+        output_size: [usize; 2],
+        options: InterpolateOptions,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::interpolate");
         <C as ModuleOps<C>>::interpolate(x, output_size, options)
     }
-    fn interpolate_backward( x: FloatTensor<Self>, grad: FloatTensor<Self>, output_size: [usize; 2], options: InterpolateOptions, ) -> FloatTensor<Self> {
+    fn interpolate_backward(
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        output_size: [usize; 2],
+        options: InterpolateOptions,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::interpolate_backward");
         <C as ModuleOps<C>>::interpolate_backward(x, grad, output_size, options)
     }
-    fn attention( query: FloatTensor<Self>, key: FloatTensor<Self>, value: FloatTensor<Self>, mask: Option<BoolTensor<Self>>, attn_bias: Option<FloatTensor<Self>>, options: AttentionModuleOptions, ) -> FloatTensor<Self> {
+    fn attention(
+        query: FloatTensor<Self>,
+        key: FloatTensor<Self>,
+        value: FloatTensor<Self>,
+        mask: Option<BoolTensor<Self>>,
+        attn_bias: Option<FloatTensor<Self>>,
+        options: AttentionModuleOptions,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::attention");
         <C as ModuleOps<C>>::attention(query, key, value, mask, attn_bias, options)
     }
-    fn layer_norm( tensor: FloatTensor<Self>, gamma: FloatTensor<Self>, beta: Option<FloatTensor<Self>>, epsilon: f64, ) -> FloatTensor<Self> {
+    fn layer_norm(
+        tensor: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: Option<FloatTensor<Self>>,
+        epsilon: f64,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::layer_norm");
         <C as ModuleOps<C>>::layer_norm(tensor, gamma, beta, epsilon)
     }
-    fn ctc_loss( log_probs: FloatTensor<Self>, targets: IntTensor<Self>, input_lengths: IntTensor<Self>, target_lengths: IntTensor<Self>, blank: usize, ) -> FloatTensor<Self> {
+    fn ctc_loss(
+        log_probs: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+        input_lengths: IntTensor<Self>,
+        target_lengths: IntTensor<Self>,
+        blank: usize,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::ctc_loss");
         <C as ModuleOps<C>>::ctc_loss(log_probs, targets, input_lengths, target_lengths, blank)
@@ -1625,17 +2234,40 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
         crate::trace::hit("ModuleOps::has_ctc_loss_backward");
         <C as ModuleOps<C>>::has_ctc_loss_backward()
     }
-    fn ctc_loss_backward( _log_probs: FloatTensor<Self>, _targets: IntTensor<Self>, _input_lengths: IntTensor<Self>, _target_lengths: IntTensor<Self>, _grad_loss: FloatTensor<Self>, _blank: usize, ) -> FloatTensor<Self> {
+    fn ctc_loss_backward(
+        _log_probs: FloatTensor<Self>,
+        _targets: IntTensor<Self>,
+        _input_lengths: IntTensor<Self>,
+        _target_lengths: IntTensor<Self>,
+        _grad_loss: FloatTensor<Self>,
+        _blank: usize,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::ctc_loss_backward");
-        <C as ModuleOps<C>>::ctc_loss_backward(_log_probs, _targets, _input_lengths, _target_lengths, _grad_loss, _blank)
+        <C as ModuleOps<C>>::ctc_loss_backward(
+            _log_probs,
+            _targets,
+            _input_lengths,
+            _target_lengths,
+            _grad_loss,
+            _blank,
+        )
     }
-    fn rfft( signal: FloatTensor<Self>, dim: usize, n: Option<usize>, ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+    fn rfft(
+        signal: FloatTensor<Self>,
+        dim: usize,
+        n: Option<usize>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::rfft");
         <C as ModuleOps<C>>::rfft(signal, dim, n)
     }
-    fn irfft( spectrum_re: FloatTensor<Self>, spectrum_im: FloatTensor<Self>, dim: usize, n: Option<usize>, ) -> FloatTensor<Self> {
+    fn irfft(
+        spectrum_re: FloatTensor<Self>,
+        spectrum_im: FloatTensor<Self>,
+        dim: usize,
+        n: Option<usize>,
+    ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::irfft");
         <C as ModuleOps<C>>::irfft(spectrum_re, spectrum_im, dim, n)
@@ -1721,7 +2353,11 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("QTensorOps::q_from_data");
         <C as QTensorOps<C>>::q_from_data(data, device)
     }
-    fn quantize( tensor: FloatTensor<Self>, scheme: &QuantScheme, qparams: QuantizationParametersPrimitive<Self>, ) -> QuantizedTensor<Self> {
+    fn quantize(
+        tensor: FloatTensor<Self>,
+        scheme: &QuantScheme,
+        qparams: QuantizationParametersPrimitive<Self>,
+    ) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::quantize");
         <C as QTensorOps<C>>::quantize(tensor, scheme, rebind(qparams))
@@ -1751,7 +2387,9 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("QTensorOps::q_reshape");
         <C as QTensorOps<C>>::q_reshape(tensor, shape)
     }
-    fn q_into_data( tensor: QuantizedTensor<Self>, ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
+    fn q_into_data(
+        tensor: QuantizedTensor<Self>,
+    ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_into_data");
         <C as QTensorOps<C>>::q_into_data(tensor)
@@ -1761,7 +2399,10 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("QTensorOps::q_detach");
         <C as QTensorOps<C>>::q_detach(tensor)
     }
-    fn q_set_require_grad(tensor: QuantizedTensor<Self>, _require_grad: bool) -> QuantizedTensor<Self> {
+    fn q_set_require_grad(
+        tensor: QuantizedTensor<Self>,
+        _require_grad: bool,
+    ) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_set_require_grad");
         <C as QTensorOps<C>>::q_set_require_grad(tensor, _require_grad)
@@ -1781,7 +2422,11 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("QTensorOps::q_transpose");
         <C as QTensorOps<C>>::q_transpose(tensor)
     }
-    fn q_swap_dims(tensor: QuantizedTensor<Self>, dim1: usize, dim2: usize) -> QuantizedTensor<Self> {
+    fn q_swap_dims(
+        tensor: QuantizedTensor<Self>,
+        dim1: usize,
+        dim2: usize,
+    ) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_swap_dims");
         <C as QTensorOps<C>>::q_swap_dims(tensor, dim1, dim2)
@@ -1796,7 +2441,11 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("QTensorOps::q_flip");
         <C as QTensorOps<C>>::q_flip(tensor, axes)
     }
-    fn q_select( tensor: QuantizedTensor<Self>, dim: usize, indices: IntTensor<Self>, ) -> QuantizedTensor<Self> {
+    fn q_select(
+        tensor: QuantizedTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+    ) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_select");
         <C as QTensorOps<C>>::q_select(tensor, dim, indices)
@@ -1806,12 +2455,20 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("QTensorOps::q_slice");
         <C as QTensorOps<C>>::q_slice(tensor, slices)
     }
-    fn q_gather( dim: usize, tensor: QuantizedTensor<Self>, indices: IntTensor<Self>, ) -> QuantizedTensor<Self> {
+    fn q_gather(
+        dim: usize,
+        tensor: QuantizedTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_gather");
         <C as QTensorOps<C>>::q_gather(dim, tensor, indices)
     }
-    fn q_repeat_dim(tensor: QuantizedTensor<Self>, dim: usize, times: usize) -> QuantizedTensor<Self> {
+    fn q_repeat_dim(
+        tensor: QuantizedTensor<Self>,
+        dim: usize,
+        times: usize,
+    ) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_repeat_dim");
         <C as QTensorOps<C>>::q_repeat_dim(tensor, dim, times)
@@ -2026,7 +2683,12 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("QTensorOps::q_argmax");
         <C as QTensorOps<C>>::q_argmax(tensor, dim, out_dtype)
     }
-    fn q_argtopk( tensor: QuantizedTensor<Self>, dim: usize, k: usize, out_dtype: IntDType, ) -> IntTensor<Self> {
+    fn q_argtopk(
+        tensor: QuantizedTensor<Self>,
+        dim: usize,
+        k: usize,
+        out_dtype: IntDType,
+    ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_argtopk");
         <C as QTensorOps<C>>::q_argtopk(tensor, dim, k, out_dtype)
@@ -2051,7 +2713,11 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("QTensorOps::q_max_dim");
         <C as QTensorOps<C>>::q_max_dim(tensor, dim)
     }
-    fn q_max_dim_with_indices( tensor: QuantizedTensor<Self>, dim: usize, out_dtype: IntDType, ) -> (QuantizedTensor<Self>, IntTensor<Self>) {
+    fn q_max_dim_with_indices(
+        tensor: QuantizedTensor<Self>,
+        dim: usize,
+        out_dtype: IntDType,
+    ) -> (QuantizedTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_max_dim_with_indices");
         <C as QTensorOps<C>>::q_max_dim_with_indices(tensor, dim, out_dtype)
@@ -2066,7 +2732,11 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("QTensorOps::q_min_dim");
         <C as QTensorOps<C>>::q_min_dim(tensor, dim)
     }
-    fn q_min_dim_with_indices( tensor: QuantizedTensor<Self>, dim: usize, out_dtype: IntDType, ) -> (QuantizedTensor<Self>, IntTensor<Self>) {
+    fn q_min_dim_with_indices(
+        tensor: QuantizedTensor<Self>,
+        dim: usize,
+        out_dtype: IntDType,
+    ) -> (QuantizedTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_min_dim_with_indices");
         <C as QTensorOps<C>>::q_min_dim_with_indices(tensor, dim, out_dtype)
@@ -2086,7 +2756,11 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("QTensorOps::q_any");
         <C as QTensorOps<C>>::q_any(tensor, out_dtype)
     }
-    fn q_any_dim(tensor: QuantizedTensor<Self>, dim: usize, out_dtype: BoolDType) -> BoolTensor<Self> {
+    fn q_any_dim(
+        tensor: QuantizedTensor<Self>,
+        dim: usize,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_any_dim");
         <C as QTensorOps<C>>::q_any_dim(tensor, dim, out_dtype)
@@ -2096,22 +2770,40 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("QTensorOps::q_all");
         <C as QTensorOps<C>>::q_all(tensor, out_dtype)
     }
-    fn q_all_dim(tensor: QuantizedTensor<Self>, dim: usize, out_dtype: BoolDType) -> BoolTensor<Self> {
+    fn q_all_dim(
+        tensor: QuantizedTensor<Self>,
+        dim: usize,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_all_dim");
         <C as QTensorOps<C>>::q_all_dim(tensor, dim, out_dtype)
     }
-    fn q_sort(tensor: QuantizedTensor<Self>, dim: usize, descending: bool) -> QuantizedTensor<Self> {
+    fn q_sort(
+        tensor: QuantizedTensor<Self>,
+        dim: usize,
+        descending: bool,
+    ) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_sort");
         <C as QTensorOps<C>>::q_sort(tensor, dim, descending)
     }
-    fn q_sort_with_indices( tensor: QuantizedTensor<Self>, dim: usize, descending: bool, out_dtype: IntDType, ) -> (QuantizedTensor<Self>, IntTensor<Self>) {
+    fn q_sort_with_indices(
+        tensor: QuantizedTensor<Self>,
+        dim: usize,
+        descending: bool,
+        out_dtype: IntDType,
+    ) -> (QuantizedTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_sort_with_indices");
         <C as QTensorOps<C>>::q_sort_with_indices(tensor, dim, descending, out_dtype)
     }
-    fn q_argsort( tensor: QuantizedTensor<Self>, dim: usize, descending: bool, out_dtype: IntDType, ) -> IntTensor<Self> {
+    fn q_argsort(
+        tensor: QuantizedTensor<Self>,
+        dim: usize,
+        descending: bool,
+        out_dtype: IntDType,
+    ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_argsort");
         <C as QTensorOps<C>>::q_argsort(tensor, dim, descending, out_dtype)

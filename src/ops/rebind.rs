@@ -35,7 +35,13 @@ macro_rules! rebind_struct {
     };
 }
 
-rebind_struct!(DeformConv2dBackward { x_grad, offset_grad, weight_grad, mask_grad, bias_grad });
+rebind_struct!(DeformConv2dBackward {
+    x_grad,
+    offset_grad,
+    weight_grad,
+    mask_grad,
+    bias_grad
+});
 rebind_struct!(MaxPool1dBackward { x_grad });
 rebind_struct!(MaxPool1dWithIndices { output, indices });
 rebind_struct!(MaxPool2dBackward { x_grad });

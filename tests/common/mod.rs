@@ -119,8 +119,14 @@ pub fn assert_identical(case: &str, index: usize, hetero: &TensorData, reference
 /// identical outputs.
 pub fn compare(
     case: &str,
-    on_hetero: impl FnOnce(&<H as burn::tensor::backend::BackendTypes>::Device, &mut TestRng) -> Vec<TensorData>,
-    on_reference: impl FnOnce(&<N as burn::tensor::backend::BackendTypes>::Device, &mut TestRng) -> Vec<TensorData>,
+    on_hetero: impl FnOnce(
+        &<H as burn::tensor::backend::BackendTypes>::Device,
+        &mut TestRng,
+    ) -> Vec<TensorData>,
+    on_reference: impl FnOnce(
+        &<N as burn::tensor::backend::BackendTypes>::Device,
+        &mut TestRng,
+    ) -> Vec<TensorData>,
 ) {
     let hetero = on_hetero(&device(), &mut rng_for(case));
     let reference = on_reference(&device(), &mut rng_for(case));
