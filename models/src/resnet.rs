@@ -1,0 +1,459 @@
+//! The CIFAR ResNets of He et al. 2016 ("Deep Residual Learning for Image Recognition", §4.2):
+//! depth 6n+2, i.e. ResNet20 (n = 3), 32, 44, 56, 110 and 1202 (n = 200).
+//!
+//! ```text
+//! [N,C,32,32] -conv 3x3 C->16, BN, ReLU-> [N,16,32,32]
+//!             -n basic blocks, 16 channels-> [N,16,32,32]
+//!             -n basic blocks, 32 channels, the first with stride 2-> [N,32,16,16]
+//!             -n basic blocks, 64 channels, the first with stride 2-> [N,64,8,8]
+//!             -global average pool-> [N,64] -linear 64->10-> logits [N,10]
+//! ```
+//!
+//! A basic block is `relu(bn(conv3x3(relu(bn(conv3x3(x))))) + shortcut(x))`, its convolutions
+//! without bias (the batch norm that follows has one). Where a block changes the shape (stride 2,
+//! more channels), the shortcut is the paper's option A (subsample and zero-pad the new channels,
+//! no parameters: the choice of the paper's CIFAR experiments) or option B (1×1 convolution
+//! projection and batch norm), see [`Shortcut`].
+
+use std::f64::consts::SQRT_2;
+
+use burn::module::{Initializer, Module};
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, PaddingConfig2d};
+use burn::tensor::activation::{log_softmax, relu};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Slice, Tensor};
+
+use crate::{Classifier, nll_loss};
+
+/// Channels of the three stages.
+pub const STAGE_CHANNELS: [usize; 3] = [16, 32, 64];
+
+/// The shortcut of the blocks that change the shape of their input (the first block of stages 2
+/// and 3). Blocks that keep the shape always use the identity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Shortcut {
+    /// The paper's option A, used in its CIFAR experiments: take every second pixel and append
+    /// zero channels. No parameters.
+    #[default]
+    ZeroPad,
+    /// The paper's option B: a strided 1×1 convolution (no bias) and batch norm.
+    Projection,
+}
+
+/// An invalid [`ResNetConfig`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResNetConfigError {
+    /// The depth is not 6n+2 with n ≥ 1.
+    #[error(
+        "invalid ResNet depth {depth}: the CIFAR ResNets have depth 6n+2 with n >= 1 \
+         (8, 14, 20, 26, 32, 44, 56, 110, 1202, ...)"
+    )]
+    InvalidDepth {
+        /// The depth asked for.
+        depth: usize,
+    },
+    /// Zero input channels.
+    #[error("a ResNet needs at least one input channel (1 for grey images, 3 for colour)")]
+    NoInputChannels,
+    /// Zero classes.
+    #[error("a ResNet needs at least one class")]
+    NoClasses,
+}
+
+/// Configuration of a CIFAR ResNet: a validated depth 6n+2, the input channels (3 by default),
+/// the classes (10 by default) and the [`Shortcut`] (option A by default).
+///
+/// ```
+/// use burn_hetero_models::{ResNetConfig, Shortcut};
+/// let config = ResNetConfig::new(20)?.with_in_channels(1)?.with_shortcut(Shortcut::Projection);
+/// assert_eq!(config.blocks_per_stage(), 3);
+/// assert!(ResNetConfig::new(21).is_err());
+/// # Ok::<(), burn_hetero_models::ResNetConfigError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResNetConfig {
+    depth: usize,
+    in_channels: usize,
+    num_classes: usize,
+    shortcut: Shortcut,
+}
+
+/// The shape of one basic block, shared by [`ResNetConfig::init`] and
+/// [`ResNetConfig::num_params`] so that both describe the same network.
+#[derive(Clone, Copy, Debug)]
+struct BlockPlan {
+    in_channels: usize,
+    out_channels: usize,
+    stride: usize,
+}
+
+impl BlockPlan {
+    fn changes_shape(&self) -> bool {
+        self.stride != 1 || self.in_channels != self.out_channels
+    }
+}
+
+impl ResNetConfig {
+    /// A ResNet of `depth` layers (6n+2: 20, 32, 44, 56, 110, 1202, ...) with 3 input channels,
+    /// 10 classes and option A shortcuts.
+    pub fn new(depth: usize) -> Result<Self, ResNetConfigError> {
+        if depth < 8 || !(depth - 2).is_multiple_of(6) {
+            return Err(ResNetConfigError::InvalidDepth { depth });
+        }
+        Ok(Self {
+            depth,
+            in_channels: 3,
+            num_classes: 10,
+            shortcut: Shortcut::default(),
+        })
+    }
+
+    /// Sets the input channels (1 for MNIST-like data, 3 for CIFAR).
+    pub fn with_in_channels(mut self, in_channels: usize) -> Result<Self, ResNetConfigError> {
+        if in_channels == 0 {
+            return Err(ResNetConfigError::NoInputChannels);
+        }
+        self.in_channels = in_channels;
+        Ok(self)
+    }
+
+    /// Sets the number of classes.
+    pub fn with_num_classes(mut self, num_classes: usize) -> Result<Self, ResNetConfigError> {
+        if num_classes == 0 {
+            return Err(ResNetConfigError::NoClasses);
+        }
+        self.num_classes = num_classes;
+        Ok(self)
+    }
+
+    /// Sets the shortcut of the blocks that change shape.
+    pub fn with_shortcut(mut self, shortcut: Shortcut) -> Self {
+        self.shortcut = shortcut;
+        self
+    }
+
+    /// The depth: weighted layers on the longest path (convolutions and the linear layer).
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    /// n, the number of basic blocks in each of the three stages: (depth - 2) / 6.
+    pub fn blocks_per_stage(&self) -> usize {
+        (self.depth - 2) / 6
+    }
+
+    /// Input channels.
+    pub fn in_channels(&self) -> usize {
+        self.in_channels
+    }
+
+    /// Number of classes.
+    pub fn num_classes(&self) -> usize {
+        self.num_classes
+    }
+
+    /// The shortcut of the blocks that change shape.
+    pub fn shortcut(&self) -> Shortcut {
+        self.shortcut
+    }
+
+    fn block_plans(&self) -> Vec<BlockPlan> {
+        let n = self.blocks_per_stage();
+        let mut plans = Vec::with_capacity(3 * n);
+        let mut in_channels = STAGE_CHANNELS[0];
+        for (stage, &out_channels) in STAGE_CHANNELS.iter().enumerate() {
+            for block in 0..n {
+                let stride = if stage > 0 && block == 0 { 2 } else { 1 };
+                plans.push(BlockPlan {
+                    in_channels,
+                    out_channels,
+                    stride,
+                });
+                in_channels = out_channels;
+            }
+        }
+        plans
+    }
+
+    /// The number of trainable parameters, counted from the architecture without allocating the
+    /// model (ResNet1202 has 19.4 M): the figure of the paper and of PyTorch's
+    /// `sum(p.numel() for p in model.parameters())`. Batch norm's running mean and variance are
+    /// not trained and not counted, unlike in Burn's `Module::num_params`, which includes them.
+    pub fn num_params(&self) -> usize {
+        // Convs have no bias; each batch norm has a scale and a shift per channel.
+        let conv3x3 = |c_in: usize, c_out: usize| c_in * c_out * 9;
+        let batch_norm = |c: usize| 2 * c;
+        let stem = conv3x3(self.in_channels, STAGE_CHANNELS[0]) + batch_norm(STAGE_CHANNELS[0]);
+        let blocks: usize = self
+            .block_plans()
+            .iter()
+            .map(|plan| {
+                let (c_in, c_out) = (plan.in_channels, plan.out_channels);
+                let residual = conv3x3(c_in, c_out)
+                    + batch_norm(c_out)
+                    + conv3x3(c_out, c_out)
+                    + batch_norm(c_out);
+                let projection = if self.shortcut == Shortcut::Projection && plan.changes_shape() {
+                    c_in * c_out + batch_norm(c_out)
+                } else {
+                    0
+                };
+                residual + projection
+            })
+            .sum();
+        let last = STAGE_CHANNELS[2];
+        let linear = last * self.num_classes + self.num_classes;
+        stem + blocks + linear
+    }
+
+    /// Builds the network with freshly initialised weights from `B`'s generator (seed it with
+    /// `B::seed` for reproducible weights).
+    pub fn init<B: Backend>(&self, device: &B::Device) -> ResNet<B> {
+        let blocks = self
+            .block_plans()
+            .into_iter()
+            .map(|plan| BasicBlock::new(plan, self.shortcut, device))
+            .collect();
+        ResNet {
+            stem: conv_config(self.in_channels, STAGE_CHANNELS[0], 3, 1).init(device),
+            stem_bn: BatchNormConfig::new(STAGE_CHANNELS[0]).init(device),
+            blocks,
+            // Burn's default linear initialisation is PyTorch's (uniform in ±1/√fan_in), which is
+            // what the reference CIFAR ResNets use for this layer.
+            fc: LinearConfig::new(STAGE_CHANNELS[2], self.num_classes).init(device),
+        }
+    }
+}
+
+/// A convolution of the ResNets: no bias, since batch norm follows and has its own shift;
+/// "same" padding for 3×3 (none for the 1×1 projection); Kaiming-normal weights.
+///
+/// Kaiming normal with gain √2 (for ReLU), std = √2 / √fan, with fan = fan_out = c_out · k²: the
+/// mode torchvision's ResNets use, and the form of He et al. 2015 (eq. 14) that keeps the variance
+/// of the *gradients* constant through the backward pass. Batch norm after every convolution
+/// renormalises the forward activations whatever the weight scale, so it is the backward scale
+/// that the initialisation still sets; fan_in and fan_out only differ where a convolution changes
+/// the channel count (the stem and the first conv of stages 2 and 3).
+fn conv_config(c_in: usize, c_out: usize, kernel: usize, stride: usize) -> Conv2dConfig {
+    let pad = kernel / 2;
+    Conv2dConfig::new([c_in, c_out], [kernel, kernel])
+        .with_stride([stride, stride])
+        .with_padding(PaddingConfig2d::Explicit(pad, pad, pad, pad))
+        .with_bias(false)
+        .with_initializer(Initializer::KaimingNormal {
+            gain: SQRT_2,
+            fan_out_only: true,
+        })
+}
+
+/// A CIFAR ResNet; build it with [`ResNetConfig::init`]. Input `[N, C, H, W]` (32×32 for CIFAR,
+/// any size ≥ 1 works thanks to the global pooling), output logits `[N, classes]`.
+#[derive(Module, Debug)]
+pub struct ResNet<B: Backend> {
+    stem: Conv2d<B>,
+    stem_bn: BatchNorm<B>,
+    blocks: Vec<BasicBlock<B>>,
+    fc: Linear<B>,
+}
+
+impl<B: Backend> ResNet<B> {
+    /// Logits `[N, classes]` of images `[N, C, H, W]`.
+    pub fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+        let mut x = relu(self.stem_bn.forward(self.stem.forward(images)));
+        for block in &self.blocks {
+            x = block.forward(x);
+        }
+        let [batch, channels, _, _] = x.dims();
+        let pooled = x.flatten::<3>(2, 3).mean_dim(2).reshape([batch, channels]);
+        self.fc.forward(pooled)
+    }
+
+    /// Mean cross-entropy loss (one element) of `targets` `[N]` given the logits of
+    /// [`ResNet::forward`]: the negative log-likelihood of their log-softmax.
+    pub fn loss(&self, logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+        nll_loss(log_softmax(logits, 1), targets)
+    }
+
+    /// The basic blocks, in order (3n of them).
+    pub fn blocks(&self) -> &[BasicBlock<B>] {
+        &self.blocks
+    }
+}
+
+impl<B: Backend> Classifier<B> for ResNet<B> {
+    fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+        ResNet::forward(self, images)
+    }
+
+    fn loss(&self, scores: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+        ResNet::loss(self, scores, targets)
+    }
+}
+
+/// The option B shortcut: strided 1×1 convolution and batch norm.
+#[derive(Module, Debug)]
+pub struct Projection<B: Backend> {
+    conv: Conv2d<B>,
+    bn: BatchNorm<B>,
+}
+
+/// A basic block: two 3×3 convolutions with batch norm, and a shortcut.
+#[derive(Module, Debug)]
+pub struct BasicBlock<B: Backend> {
+    conv1: Conv2d<B>,
+    bn1: BatchNorm<B>,
+    conv2: Conv2d<B>,
+    bn2: BatchNorm<B>,
+    /// Option B's shortcut where the block changes shape; `None` means identity or option A.
+    projection: Option<Projection<B>>,
+    /// Subsampling step of option A's shortcut (1: none).
+    stride: usize,
+    /// Zero channels option A's shortcut appends.
+    extra_channels: usize,
+}
+
+impl<B: Backend> BasicBlock<B> {
+    fn new(plan: BlockPlan, shortcut: Shortcut, device: &B::Device) -> Self {
+        let BlockPlan {
+            in_channels,
+            out_channels,
+            stride,
+        } = plan;
+        let projection =
+            (shortcut == Shortcut::Projection && plan.changes_shape()).then(|| Projection {
+                conv: conv_config(in_channels, out_channels, 1, stride).init(device),
+                bn: BatchNormConfig::new(out_channels).init(device),
+            });
+        Self {
+            conv1: conv_config(in_channels, out_channels, 3, stride).init(device),
+            bn1: BatchNormConfig::new(out_channels).init(device),
+            conv2: conv_config(out_channels, out_channels, 3, 1).init(device),
+            bn2: BatchNormConfig::new(out_channels).init(device),
+            projection,
+            stride,
+            extra_channels: out_channels - in_channels,
+        }
+    }
+
+    /// Output `[N, c_out, ⌈H/s⌉, ⌈W/s⌉]` of input `[N, c_in, H, W]`, s the block's stride.
+    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let residual = relu(self.bn1.forward(self.conv1.forward(x.clone())));
+        let residual = self.bn2.forward(self.conv2.forward(residual));
+        let shortcut = match &self.projection {
+            Some(projection) => projection.bn.forward(projection.conv.forward(x)),
+            None => self.zero_pad_shortcut(x),
+        };
+        relu(residual + shortcut)
+    }
+
+    /// Option A (identity when the shape does not change). Taking every `stride`-th pixel from
+    /// index 0 gives ⌈H/stride⌉ rows, the size the 3×3 convolution with padding 1 outputs. The
+    /// zero channels go after the input's, so that the first channels of the output carry the
+    /// identity; where they go makes no difference to what the block can learn, since the
+    /// residual branch's channels are free to permute.
+    fn zero_pad_shortcut(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let x = if self.stride == 1 {
+            x
+        } else {
+            let step = Slice::new(0, None, self.stride as isize);
+            x.slice([Slice::full(), Slice::full(), step, step])
+        };
+        if self.extra_channels == 0 {
+            return x;
+        }
+        let [batch, _, height, width] = x.dims();
+        let zeros = Tensor::zeros([batch, self.extra_channels, height, width], &x.device());
+        Tensor::cat(vec![x, zeros], 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::TensorData;
+
+    type B = burn_ndarray::NdArray<f32>;
+
+    fn block(in_channels: usize, out_channels: usize, stride: usize) -> BasicBlock<B> {
+        let plan = BlockPlan {
+            in_channels,
+            out_channels,
+            stride,
+        };
+        BasicBlock::new(plan, Shortcut::ZeroPad, &Default::default())
+    }
+
+    #[test]
+    fn option_a_takes_every_second_pixel_and_appends_zero_channels() {
+        let device = Default::default();
+        // [1, 2, 4, 4] holding 0..32.
+        let x = Tensor::<B, 1>::from_data(
+            TensorData::new((0..32).map(|v| v as f32).collect(), [32]),
+            &device,
+        )
+        .reshape([1, 2, 4, 4]);
+        let out = block(2, 4, 2).zero_pad_shortcut(x.clone());
+        assert_eq!(out.dims(), [1, 4, 2, 2]);
+        let expected = [
+            0., 2., 8., 10., 16., 18., 24., 26., 0., 0., 0., 0., 0., 0., 0., 0.,
+        ];
+        assert_eq!(out.into_data().to_vec::<f32>().unwrap(), expected);
+
+        // Odd sizes: ceil(5 / 2) = 3, the size the strided conv gives.
+        let odd = Tensor::<B, 4>::ones([1, 2, 5, 5], &device);
+        let b = block(2, 4, 2);
+        assert_eq!(b.zero_pad_shortcut(odd.clone()).dims(), [1, 4, 3, 3]);
+        assert_eq!(b.forward(odd).dims(), [1, 4, 3, 3]);
+
+        // Blocks that keep the shape pass the input through.
+        let same = block(2, 2, 1).zero_pad_shortcut(x.clone());
+        assert_eq!(same.into_data(), x.into_data());
+    }
+
+    /// Sample standard deviation of a tensor's values.
+    fn std_of<const D: usize>(t: Tensor<B, D>) -> f64 {
+        let v: Vec<f32> = t.into_data().to_vec().unwrap();
+        let n = v.len() as f64;
+        let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
+        (v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n).sqrt()
+    }
+
+    #[test]
+    fn convolutions_are_kaiming_normal_with_fan_out() {
+        let device = Default::default();
+        B::seed(&device, 11);
+        let model = ResNetConfig::new(20)
+            .unwrap()
+            .with_shortcut(Shortcut::Projection)
+            .init::<B>(&device);
+        // (weights, fan_out, fan_in): fan_in and fan_out differ on these, so the std tells them
+        // apart (by a factor √(16/3) for the stem, √2 for the first conv of stage 2).
+        let first_of_stage_2 = &model.blocks[3];
+        let cases = [
+            (model.stem.weight.val(), 16 * 9, 3 * 9),
+            (first_of_stage_2.conv1.weight.val(), 32 * 9, 16 * 9),
+            (
+                first_of_stage_2
+                    .projection
+                    .as_ref()
+                    .unwrap()
+                    .conv
+                    .weight
+                    .val(),
+                32,
+                16,
+            ),
+        ];
+        for (weights, fan_out, fan_in) in cases {
+            let expected = (2.0 / fan_out as f64).sqrt();
+            let std = std_of(weights);
+            assert!(
+                (std / expected - 1.0).abs() < 0.1,
+                "std {std}, fan_out gives {expected}, fan_in {}",
+                (2.0 / fan_in as f64).sqrt()
+            );
+        }
+        assert!(model.stem.bias.is_none() && first_of_stage_2.conv1.bias.is_none());
+    }
+}
