@@ -215,3 +215,33 @@ fn conv_gradients_match_finite_differences() {
 
 #[allow(dead_code)]
 fn _assert_backend<B: Backend>() {}
+
+/// Any Burn backend can be the CPU side: with burn-flex, every conv phase on the accelerator in
+/// f32, the small CNN's gradients follow `Autodiff<Flex>`'s.
+#[test]
+fn small_cnn_gradients_with_flex_as_cpu_backend() {
+    type F = burn_flex::Flex;
+    type HF = burn_hetero::Hetero<F, Accel>;
+    let _s = settings(HeteroConfig::default());
+    let flex_device = burn_flex::FlexDevice;
+    let f32p = Placement::accelerator(Precision::F32);
+    HF::configure(
+        &flex_device,
+        HeteroConfig::cpu_only()
+            .with_placement(OpKind::Conv2dForward, f32p)
+            .with_placement(OpKind::Conv2dInputGrad, f32p)
+            .with_placement(OpKind::Conv2dWeightGrad, f32p)
+            .with_strict(true),
+    );
+    let before = burn_hetero::stats();
+    let (lh, gh) = grads::<Autodiff<HF>>("flex");
+    let (lf, gf) = grads::<Autodiff<F>>("flex");
+    let delta = burn_hetero::stats().since(&before);
+    HF::configure(&flex_device, HeteroConfig::default());
+    assert_eq!(delta.accelerator_calls(OpKind::Conv2dForward), 2, "{delta}");
+    assert!(((lh - lf) / lf).abs() < 1e-5, "loss {lh} vs {lf}");
+    for (i, (a, b)) in gh.iter().zip(&gf).enumerate() {
+        let e = err_with_floor(a, b, 1e-2);
+        assert!(e < 1e-4, "gradient {i} differs by {e:.2e}");
+    }
+}
