@@ -185,6 +185,13 @@ impl HeteroConfig {
         }
     }
 
+    /// The three conv phases at `placement`, everything else unchanged.
+    pub fn with_convs(self, placement: Placement) -> Self {
+        self.with_placement(OpKind::Conv2dForward, placement)
+            .with_placement(OpKind::Conv2dInputGrad, placement)
+            .with_placement(OpKind::Conv2dWeightGrad, placement)
+    }
+
     /// The placement of `op`.
     pub fn placement(&self, op: OpKind) -> Placement {
         match op {

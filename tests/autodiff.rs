@@ -5,7 +5,7 @@ use crate::common::*;
 use crate::model::{SmallCnn, batch};
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::ElementConversion;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorData};
 use burn_autodiff::Autodiff;
 use burn_hetero::{HeteroConfig, OpKind, Placement, Precision, Ran};
@@ -73,11 +73,7 @@ fn gradients_with_convs_on<A: burn_hetero::Accelerator>(f32_bound: f64) {
         (Precision::BF16, 1e-1),
     ] {
         let place = Placement::accelerator(precision);
-        let config = HeteroConfig::cpu_only()
-            .with_placement(OpKind::Conv2dForward, place)
-            .with_placement(OpKind::Conv2dInputGrad, place)
-            .with_placement(OpKind::Conv2dWeightGrad, place)
-            .with_strict(true);
+        let config = HeteroConfig::cpu_only().with_convs(place).with_strict(true);
         let _s = settings(config);
         let before = burn_hetero::stats();
         let (lh, gh) = grads::<Autodiff<HA<A>>>("autodiff accelerator");
@@ -110,20 +106,18 @@ fn gradients_with_convs_on<A: burn_hetero::Accelerator>(f32_bound: f64) {
             ((lh - ln) / ln).abs() < bound as f32,
             "{precision}: loss {lh} vs {ln}"
         );
-        for (i, (a, b)) in gh.iter().zip(&gn).enumerate() {
-            // conv1's bias feeds a batch norm, which removes it: its gradient is rounding noise
-            // around zero, so errors are measured against a floor instead of its own norm.
-            let e = err_with_floor(a, b, 1e-2);
-            assert!(e < bound, "{precision}: gradient {i} differs by {e:.2e}");
-        }
+        // Measured over the whole gradient vector: per tensor, a small one (conv1's bias, which
+        // batch norm removes) is rounding noise, and a max-pool choice flipped by rounding moves
+        // single elements of conv1's weight gradient by a lot.
+        let e = err_with_floor(&gh.concat(), &gn.concat(), 1e-2);
+        eprintln!("{precision}: gradient error {e:.2e}");
+        assert!(e < bound, "{precision}: gradients differ by {e:.2e}");
     }
 }
 
 #[test]
 fn small_cnn_gradients_with_convs_on_accelerator() {
-    // Per op, f32 is within 1e-5 (conv_numerics); through batch norm, whose normalisation
-    // amplifies rounding differences, the whole network's gradients are held to 1e-4.
-    gradients_with_convs_on::<Accel>(1e-4);
+    gradients_with_convs_on::<Accel>(1e-5);
 }
 
 /// The same on a CUDA GPU (run on the GPU machine with `--ignored`).
@@ -140,11 +134,7 @@ fn cuda_small_cnn_gradients_with_convs_on_accelerator() {
 #[test]
 fn conv_gradients_match_finite_differences() {
     let place = Placement::accelerator(Precision::F32);
-    let config = HeteroConfig::cpu_only()
-        .with_placement(OpKind::Conv2dForward, place)
-        .with_placement(OpKind::Conv2dInputGrad, place)
-        .with_placement(OpKind::Conv2dWeightGrad, place)
-        .with_strict(true);
+    let config = HeteroConfig::cpu_only().with_convs(place).with_strict(true);
     let _s = settings(config);
     type AD = Autodiff<H>;
     let dev = device();
@@ -213,9 +203,6 @@ fn conv_gradients_match_finite_differences() {
     }
 }
 
-#[allow(dead_code)]
-fn _assert_backend<B: Backend>() {}
-
 /// Any Burn backend can be the CPU side: with burn-flex, every conv phase on the accelerator in
 /// f32, the small CNN's gradients follow `Autodiff<Flex>`'s.
 #[test]
@@ -227,11 +214,7 @@ fn small_cnn_gradients_with_flex_as_cpu_backend() {
     let f32p = Placement::accelerator(Precision::F32);
     HF::configure(
         &flex_device,
-        HeteroConfig::cpu_only()
-            .with_placement(OpKind::Conv2dForward, f32p)
-            .with_placement(OpKind::Conv2dInputGrad, f32p)
-            .with_placement(OpKind::Conv2dWeightGrad, f32p)
-            .with_strict(true),
+        HeteroConfig::cpu_only().with_convs(f32p).with_strict(true),
     );
     let before = burn_hetero::stats();
     let (lh, gh) = grads::<Autodiff<HF>>("flex");

@@ -257,11 +257,7 @@ pub fn supported_precisions<A: Accelerator>() -> Vec<Precision> {
 pub fn run_grid<A: Accelerator>(precision: Precision, f32_gradient_bound: f64) -> [f64; 3] {
     type H<A> = Hetero<N, A>;
     let place = Placement::accelerator(precision);
-    let config = HeteroConfig::cpu_only()
-        .with_placement(OpKind::Conv2dForward, place)
-        .with_placement(OpKind::Conv2dInputGrad, place)
-        .with_placement(OpKind::Conv2dWeightGrad, place)
-        .with_strict(true);
+    let config = HeteroConfig::cpu_only().with_convs(place).with_strict(true);
     let _s = settings(config);
     let mut worst = [0f64; 3];
     let grad_bound = if precision == Precision::F32 {

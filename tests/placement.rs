@@ -97,7 +97,7 @@ fn counters_show_each_phase_where_placed() {
 
 /// With every phase placed on the accelerator but none able to run there, results are
 /// bit-identical to burn-ndarray's and the counters say "fallback".
-fn assert_falls_back_identically(config: HeteroConfig, why: &str) {
+fn assert_falls_back_identically(why: &str) {
     let delta = delta_of(|| {
         let h = conv_step::<H>(why);
         let n = conv_step::<N>(why);
@@ -115,7 +115,6 @@ fn assert_falls_back_identically(config: HeteroConfig, why: &str) {
         );
         assert_eq!(delta.accelerator_calls(op), 0, "{why}, {op}:\n{delta}");
     }
-    let _ = config;
 }
 
 #[test]
@@ -145,7 +144,7 @@ fn unavailable_accelerator_falls_back_to_cpu() {
             "a missing device must be reported: {status:?}"
         );
         HeteroApi::set_accelerator_device(&device(), burn_wgpu::WgpuDevice::DiscreteGpu(77));
-        assert_falls_back_identically(all_f32.clone(), "missing device");
+        assert_falls_back_identically("missing device");
         HeteroApi::set_accelerator_device(&device(), Default::default());
     }
     // The accelerator switched off.
@@ -153,7 +152,7 @@ fn unavailable_accelerator_falls_back_to_cpu() {
         let mut off = all_f32.clone();
         off.accelerator_enabled = false;
         let _s = settings(off.clone());
-        assert_falls_back_identically(off, "disabled");
+        assert_falls_back_identically("disabled");
     }
 }
 

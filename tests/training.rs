@@ -93,9 +93,6 @@ fn cuda_default_placement_trains_like_ndarray() {
 #[test]
 fn every_conv_phase_at_f16_trains_like_ndarray() {
     let f16 = Placement::accelerator(Precision::F16);
-    let config = HeteroConfig::default()
-        .with_placement(OpKind::Conv2dForward, f16)
-        .with_placement(OpKind::Conv2dInputGrad, f16)
-        .with_placement(OpKind::Conv2dWeightGrad, f16);
+    let config = HeteroConfig::default().with_convs(f16);
     assert_trains_like_cpu::<Accel>(config, "all f16");
 }
