@@ -1,0 +1,144 @@
+//! The conv grid on the default wgpu device (Vulkan through SPIR-V; lavapipe on CI).
+
+use burn_hetero_kernels::{
+    ConvError, ConvPath, ConvPathUsed, ConvTypes, OperandType, OutputType, auto_path,
+    cmma_path_kernel, cmma_supported, operand_supported,
+};
+use cubecl::prelude::*;
+use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
+
+use crate::common::{check_grid, launch_error, small_grid};
+
+/// The client of the default wgpu device.
+pub fn client() -> ComputeClient<WgpuRuntime> {
+    WgpuRuntime::client(&WgpuDevice::default())
+}
+
+#[test]
+fn tiled_f32() {
+    let types = ConvTypes::new(OperandType::F32);
+    check_grid(
+        &client(),
+        &small_grid(),
+        types,
+        ConvPath::Tiled,
+        Some(ConvPath::Tiled),
+    );
+}
+
+#[test]
+fn tiled_f16() {
+    let types = ConvTypes::new(OperandType::F16);
+    check_grid(
+        &client(),
+        &small_grid(),
+        types,
+        ConvPath::Tiled,
+        Some(ConvPath::Tiled),
+    );
+}
+
+#[test]
+fn tiled_f16_output_f16() {
+    let types = ConvTypes::new(OperandType::F16).with_output(OutputType::F16);
+    check_grid(
+        &client(),
+        &small_grid(),
+        types,
+        ConvPath::Tiled,
+        Some(ConvPath::Tiled),
+    );
+}
+
+#[test]
+fn tiled_bf16() {
+    let client = client();
+    if !operand_supported(&client, OperandType::BF16) {
+        eprintln!("tiled_bf16 skipped: this device cannot store bf16 (lavapipe cannot)");
+        return;
+    }
+    let types = ConvTypes::new(OperandType::BF16);
+    check_grid(
+        &client,
+        &small_grid(),
+        types,
+        ConvPath::Tiled,
+        Some(ConvPath::Tiled),
+    );
+}
+
+/// Auto keeps to the tiled kernel on wgpu (the cmma kernels are validated on CUDA); the cmma grid
+/// runs where the device supports cmma, and asking for cmma elsewhere is an `Unsupported` error.
+#[test]
+fn auto_and_cmma() {
+    let client = client();
+    let problem = small_grid()[2].problem;
+    for operand in [OperandType::F32, OperandType::F16, OperandType::BF16] {
+        let supported = cmma_supported(&client, operand);
+        assert_eq!(
+            auto_path(&client, &problem, operand),
+            ConvPathUsed::Tiled,
+            "{operand:?}"
+        );
+        if supported {
+            // Outside CUDA the cmma path is the general kernel.
+            assert_eq!(cmma_path_kernel(&client, &problem), ConvPathUsed::Cmma);
+        }
+        if !operand_supported(&client, operand) {
+            continue;
+        }
+        if supported {
+            crate::cuda::cmma_checks(&client, operand);
+        } else {
+            eprintln!("cmma path with {operand:?} operands skipped: not supported by this device");
+            let sizes = [
+                problem.input_len() * 4,
+                problem.weight_len() * 4,
+                0,
+                problem.output_len() * 4,
+            ];
+            let err = launch_error(
+                &client,
+                &problem,
+                ConvTypes::new(operand),
+                ConvPath::Cmma,
+                sizes,
+            );
+            assert!(matches!(err, ConvError::Unsupported(_)), "{err}");
+        }
+    }
+    // f32 operands never take the cmma path.
+    assert!(!cmma_supported(&client, OperandType::F32));
+    // Auto runs (and reports) the picked path.
+    let types = ConvTypes::new(OperandType::F16);
+    let expected = auto_path(&client, &problem, OperandType::F16).path();
+    check_grid(
+        &client,
+        &small_grid()[..3],
+        types,
+        ConvPath::Auto,
+        Some(expected),
+    );
+}
+
+#[test]
+fn bf16_refused_where_not_stored() {
+    let client = client();
+    if operand_supported(&client, OperandType::BF16) {
+        eprintln!("bf16_refused_where_not_stored skipped: this device stores bf16");
+        return;
+    }
+    let p = small_grid()[0].problem;
+    let sizes = [p.input_len() * 2, p.weight_len() * 2, 0, p.output_len() * 4];
+    let err = launch_error(
+        &client,
+        &p,
+        ConvTypes::new(OperandType::BF16),
+        ConvPath::Tiled,
+        sizes,
+    );
+    assert!(
+        matches!(err, ConvError::Unsupported(_)) && err.to_string().contains("BF16"),
+        "{err}"
+    );
+}
