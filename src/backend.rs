@@ -71,6 +71,13 @@ impl<C: Backend, A: Accelerator> Hetero<C, A> {
     pub fn accelerator_status(device: &C::Device) -> Result<AcceleratorInfo, String> {
         device::probe::<A>(&Self::accelerator_device(device))
     }
+
+    /// Whether the accelerator device `accelerator` works (the probe of
+    /// [`Hetero::accelerator_status`], for a device not yet set), e.g. to choose among several
+    /// before [`Hetero::set_accelerator_device`]. Changes no setting.
+    pub fn probe_accelerator(accelerator: &A::Device) -> Result<AcceleratorInfo, String> {
+        device::probe::<A>(accelerator)
+    }
 }
 
 impl<C: Backend, A: Accelerator> BackendTypes for Hetero<C, A> {

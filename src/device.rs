@@ -16,13 +16,14 @@ struct DeviceEntry {
     accelerator: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
 }
 
-static DEVICES: Mutex<Option<HashMap<DeviceId, DeviceEntry>>> = Mutex::new(None);
+/// Keyed by the device's type and id: two CPU backends may number their devices alike.
+static DEVICES: Mutex<Option<HashMap<(TypeId, DeviceId), DeviceEntry>>> = Mutex::new(None);
 
-fn with_entry<T>(device: DeviceId, f: impl FnOnce(&mut DeviceEntry) -> T) -> T {
+fn with_entry<D: DeviceOps, T>(device: &D, f: impl FnOnce(&mut DeviceEntry) -> T) -> T {
     let mut devices = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
     f(devices
         .get_or_insert_with(HashMap::new)
-        .entry(device)
+        .entry((TypeId::of::<D>(), device.id()))
         .or_default())
 }
 
@@ -36,7 +37,7 @@ fn with_env(mut config: HeteroConfig) -> HeteroConfig {
 /// The settings of a CPU device (the defaults with the environment overrides, until
 /// [`set_config`] is called for it).
 pub(crate) fn config<D: DeviceOps>(device: &D) -> HeteroConfig {
-    with_entry(device.id(), |e| {
+    with_entry(device, |e| {
         e.config
             .get_or_insert_with(|| with_env(HeteroConfig::default()))
             .clone()
@@ -46,13 +47,13 @@ pub(crate) fn config<D: DeviceOps>(device: &D) -> HeteroConfig {
 /// Replaces the settings of a CPU device; the environment overrides still apply on top.
 pub(crate) fn set_config<D: DeviceOps>(device: &D, config: HeteroConfig) {
     let config = with_env(config);
-    with_entry(device.id(), |e| e.config = Some(config));
+    with_entry(device, |e| e.config = Some(config));
 }
 
 /// The accelerator device used by the CPU device `device` (the backend's default device until
 /// [`set_accelerator_device`] is called).
 pub(crate) fn accelerator_device<C: Backend, A: Backend>(device: &C::Device) -> A::Device {
-    with_entry(device.id(), |e| {
+    with_entry(device, |e| {
         e.accelerator
             .get(&TypeId::of::<A>())
             .and_then(|d| d.downcast_ref::<A::Device>())
@@ -65,7 +66,7 @@ pub(crate) fn set_accelerator_device<C: Backend, A: Backend>(
     device: &C::Device,
     accelerator: A::Device,
 ) {
-    with_entry(device.id(), |e| {
+    with_entry(device, |e| {
         e.accelerator
             .insert(TypeId::of::<A>(), Box::new(accelerator))
     });

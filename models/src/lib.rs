@@ -6,14 +6,19 @@
 //!
 //! - [`mnist_net`]: the study's MNIST net (2 conv + 2 linear layers);
 //! - [`resnet`]: the CIFAR ResNets of He et al. 2016 (ResNet20 ... ResNet1202);
-//! - [`data`]: IDX (MNIST, Fashion-MNIST) and CIFAR-10 readers, and a batcher with the study's
-//!   augmentation.
+//! - [`data`]: IDX (MNIST, Fashion-MNIST) and CIFAR-10 readers, the bundled MNIST digits, and a
+//!   batcher with the study's augmentation;
+//! - [`train`]: the trainer (SGD with momentum, schedules, evaluation), with [`checkpoint`]s;
+//! - [`cli`]: the `hetero` command.
 
 #![warn(missing_docs)]
 
+pub mod checkpoint;
+pub mod cli;
 pub mod data;
 pub mod mnist_net;
 pub mod resnet;
+pub mod train;
 
 pub use mnist_net::MnistNet;
 pub use resnet::{ResNet, ResNetConfig, ResNetConfigError, Shortcut};
@@ -38,4 +43,30 @@ pub trait Classifier<B: Backend> {
 pub fn nll_loss<B: Backend>(log_probs: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1> {
     let picked = log_probs.gather(1, targets.unsqueeze_dim(1));
     picked.mean().neg()
+}
+
+/// Any model of this crate, so that a program that picks the model at run time compiles its
+/// training loop once per backend rather than once per model and backend.
+#[derive(burn::module::Module, Debug)]
+pub enum AnyModel<B: Backend> {
+    /// The MNIST net.
+    Mnist(MnistNet<B>),
+    /// A CIFAR ResNet.
+    ResNet(ResNet<B>),
+}
+
+impl<B: Backend> Classifier<B> for AnyModel<B> {
+    fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+        match self {
+            AnyModel::Mnist(m) => m.forward(images),
+            AnyModel::ResNet(m) => m.forward(images),
+        }
+    }
+
+    fn loss(&self, scores: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+        match self {
+            AnyModel::Mnist(m) => m.loss(scores, targets),
+            AnyModel::ResNet(m) => m.loss(scores, targets),
+        }
+    }
 }

@@ -564,3 +564,35 @@ fn statistics_of_examples() {
     assert_close(&stats.mean, &[0.5, 0.2], 1e-6);
     assert_close(&stats.std, &[0.5, 1.0], 1e-6);
 }
+
+#[test]
+fn bundled_mnist_is_real_digits_with_a_fixed_split() {
+    let train = burn_hetero_models::data::bundled_mnist(Split::Train).unwrap();
+    let test = burn_hetero_models::data::bundled_mnist(Split::Test).unwrap();
+    assert_eq!((train.len(), test.len()), (8004, 1996));
+    for set in [&train, &test] {
+        assert_eq!(set.shape, ImageShape::new(1, 28, 28));
+        let mut per_class = [0usize; 10];
+        for example in &set.examples {
+            per_class[example.label as usize] += 1;
+        }
+        // Every class is there, in roughly MNIST's proportions (863..1127 of 10,000 each).
+        assert!(
+            per_class.iter().all(|&n| n * 14 > set.len()),
+            "{per_class:?}"
+        );
+        // Digits: mostly black background, some ink, a mean brightness near MNIST's 0.13.
+        let pixels: Vec<u8> = set.examples.iter().flat_map(|e| e.image.clone()).collect();
+        let mean = pixels.iter().map(|&p| p as f64).sum::<f64>() / pixels.len() as f64 / 255.0;
+        assert!((0.10..0.16).contains(&mean), "mean brightness {mean}");
+    }
+    // The split is disjoint: no test image appears in the training set.
+    let train_images: std::collections::HashSet<&[u8]> =
+        train.examples.iter().map(|e| e.image.as_slice()).collect();
+    let shared = test
+        .examples
+        .iter()
+        .filter(|e| train_images.contains(e.image.as_slice()))
+        .count();
+    assert_eq!(shared, 0, "test images also in the training set");
+}

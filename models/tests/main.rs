@@ -1,6 +1,7 @@
 //! Tests of burn-hetero-models: one binary, a module per part of the crate. The models run on
 //! `Autodiff<NdArray>`, the backend every other one is compared against.
 
+mod cli;
 mod data;
 mod hetero;
 mod mnist_net;

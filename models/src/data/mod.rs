@@ -12,7 +12,7 @@ mod idx;
 pub use batcher::{Augmentation, CropFlip, ImageBatcher, Normalization, seeded_rng};
 pub use cifar::{CIFAR10_SHAPE, load_cifar10, read_cifar10_file};
 pub use error::DataError;
-pub use idx::{IdxImages, load_idx, load_idx_dir, read_idx_images, read_idx_labels};
+pub use idx::{IdxImages, bundled_mnist, load_idx, load_idx_dir, read_idx_images, read_idx_labels};
 
 /// Which part of a data set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

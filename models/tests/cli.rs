@@ -1,0 +1,315 @@
+//! The `hetero` command: a real training run on the bundled digits, checkpoints and resumption,
+//! and the error paths. Runs on `--backend cpu` (burn-flex; the ndarray backend's conv gradients
+//! are too slow for CI) through `cli::run`, and once through the built binary for exit codes.
+
+use std::path::Path;
+
+use burn_hetero_models::checkpoint;
+use burn_hetero_models::cli::{CliError, Outcome, RunError, run};
+use burn_hetero_models::train::TrainError;
+use burn_hetero_models::{AnyModel, MnistNet, checkpoint::CheckpointError};
+
+type Flex = burn_flex::Flex;
+
+fn hetero(args: &[&str]) -> Result<Outcome, RunError> {
+    let mut all = vec!["hetero", "train"];
+    all.extend_from_slice(args);
+    all.push("--quiet");
+    run(all)
+}
+
+fn failure(args: &[&str]) -> CliError {
+    match hetero(args) {
+        Err(RunError::Failed(e)) => e,
+        Err(RunError::Flags(e)) => panic!("flag error instead of a command error: {e}"),
+        Ok(_) => panic!("{args:?} succeeded"),
+    }
+}
+
+#[test]
+fn mnist_trains_above_90_percent_in_a_few_hundred_steps() {
+    let outcome = hetero(&[
+        "mnist",
+        "--backend",
+        "cpu",
+        "--epochs",
+        "2",
+        "--steps-per-epoch",
+        "150",
+    ])
+    .unwrap();
+    let report = outcome.report;
+    assert_eq!(report.epochs.len(), 2);
+    let (loss, accuracy) = report.final_test.unwrap();
+    assert!(accuracy >= 0.90, "held-out accuracy {accuracy}");
+    assert!(loss.is_finite() && loss < 0.5, "held-out loss {loss}");
+    // The schedule decays per epoch (gamma 0.7) and the loss falls.
+    assert!((report.epochs[1].lr - 0.007).abs() < 1e-12);
+    assert!(report.epochs[1].train_loss < report.epochs[0].train_loss);
+    assert!(report.examples_per_second > 0.0);
+}
+
+/// The parameters of an MNIST-net checkpoint, flattened.
+fn parameters(path: &Path) -> Vec<f32> {
+    let device = Default::default();
+    let checkpoint = checkpoint::read(path).unwrap();
+    let model = checkpoint
+        .load_model::<Flex, _>(AnyModel::Mnist(MnistNet::<Flex>::new(&device)), &device)
+        .unwrap();
+    use burn::module::Module;
+    struct Collect(Vec<f32>);
+    impl burn::module::ModuleVisitor<Flex> for Collect {
+        fn visit_float<const D: usize>(
+            &mut self,
+            param: &burn::module::Param<burn::tensor::Tensor<Flex, D>>,
+        ) {
+            self.0
+                .extend(param.val().into_data().to_vec::<f32>().unwrap());
+        }
+    }
+    let mut collect = Collect(Vec::new());
+    model.visit(&mut collect);
+    collect.0
+}
+
+#[test]
+fn resumed_training_equals_uninterrupted_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let straight = dir.path().join("straight");
+    let split = dir.path().join("split");
+    let common = [
+        "mnist",
+        "--backend",
+        "cpu",
+        "--steps-per-epoch",
+        "4",
+        "--test-batch-size",
+        "500",
+        "--save-model",
+    ];
+    let with_dir = |dir: &Path, extra: &[&str]| {
+        let mut args = common.to_vec();
+        let dir = dir.to_str().unwrap().to_string();
+        let mut owned = vec!["--save-dir".to_string(), dir];
+        owned.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(owned.iter().map(|s| s.as_str()));
+        hetero(&args).unwrap()
+    };
+    let uninterrupted = with_dir(&straight, &["--epochs", "2"]);
+    // The first epoch only, with a checkpoint after it ...
+    let first = with_dir(&split, &["--epochs", "1", "--save-every", "1"]);
+    assert_eq!(first.report.epochs.len(), 1);
+    let epoch1 = split.join("mnist-epoch1.ckpt");
+    assert_eq!(checkpoint::read(&epoch1).unwrap().meta.epoch, 1);
+    // ... then the second from that checkpoint.
+    let epoch1_arg = epoch1.to_str().unwrap();
+    let resumed = with_dir(&split, &["--epochs", "2", "--resume", epoch1_arg]);
+    assert_eq!(resumed.report.epochs.len(), 1);
+    assert_eq!(resumed.report.epochs[0].epoch, 2);
+
+    let a = parameters(&straight.join("mnist.ckpt"));
+    let b = parameters(&split.join("mnist.ckpt"));
+    assert_eq!(a.len(), 431_080);
+    assert!(a.iter().all(|v| v.is_finite()));
+    assert_eq!(
+        a, b,
+        "resumed parameters differ from the uninterrupted run's"
+    );
+    assert_eq!(
+        uninterrupted.report.final_test, resumed.report.final_test,
+        "held-out results differ"
+    );
+
+    // --evaluate tests the checkpoint and trains nothing.
+    let final_ckpt = straight.join("mnist.ckpt");
+    let evaluated = hetero(&[
+        "mnist",
+        "--backend",
+        "cpu",
+        "--test-batch-size",
+        "500",
+        "--evaluate",
+        "--resume",
+        final_ckpt.to_str().unwrap(),
+    ])
+    .unwrap();
+    assert!(evaluated.report.epochs.is_empty());
+    let (eval_loss, eval_accuracy) = evaluated.report.final_test.unwrap();
+    let (loss, accuracy) = uninterrupted.report.final_test.unwrap();
+    assert_eq!(eval_accuracy, accuracy);
+    assert!(
+        (eval_loss - loss).abs() <= 1e-6 * loss.abs(),
+        "{eval_loss} vs {loss}"
+    );
+
+    // Resuming with other settings is refused, naming the file.
+    let err = failure(&[
+        "mnist",
+        "--backend",
+        "cpu",
+        "--lr",
+        "0.5",
+        "--resume",
+        final_ckpt.to_str().unwrap(),
+    ]);
+    assert!(
+        matches!(err, CliError::Train(TrainError::SettingsDiffer { .. })),
+        "{err}"
+    );
+    assert!(err.to_string().contains("mnist.ckpt"), "{err}");
+
+    // A damaged checkpoint: cut short, or not a checkpoint at all.
+    let bytes = std::fs::read(&final_ckpt).unwrap();
+    let cut = dir.path().join("cut.ckpt");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let garbage = dir.path().join("garbage.ckpt");
+    std::fs::write(&garbage, b"PK\x03\x04 certainly not a checkpoint").unwrap();
+    for (path, says) in [(&cut, "cut short"), (&garbage, "magic")] {
+        let err = failure(&["mnist", "--evaluate", "--resume", path.to_str().unwrap()]);
+        assert!(
+            matches!(err, CliError::Checkpoint(CheckpointError::Corrupt { .. })),
+            "{err}"
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains(path.to_str().unwrap()) && message.contains(says),
+            "{message}"
+        );
+    }
+    // No temporary file is left behind by the saves.
+    for entry in std::fs::read_dir(&split).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        assert!(name.ends_with(".ckpt") && !name.starts_with('.'), "{name}");
+    }
+}
+
+#[test]
+fn a_checkpoint_of_another_model_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let save_dir = dir.path().to_str().unwrap();
+    hetero(&[
+        "resnet20",
+        "--backend",
+        "cpu",
+        "--dry-run",
+        "--batch-size",
+        "4",
+        "--test-batch-size",
+        "4",
+        "--save-model",
+        "--save-dir",
+        save_dir,
+    ])
+    .unwrap();
+    let resnet = dir.path().join("resnet20.ckpt");
+    let err = failure(&["mnist", "--evaluate", "--resume", resnet.to_str().unwrap()]);
+    assert!(
+        matches!(
+            err,
+            CliError::Checkpoint(CheckpointError::WrongModel { .. })
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("resnet20"), "{err}");
+}
+
+#[test]
+fn bad_flags_and_missing_data_are_clear_errors() {
+    match hetero(&["resnet21"]) {
+        Err(RunError::Flags(e)) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("resnet21") && text.contains("resnet20"),
+                "{text}"
+            );
+        }
+        other => panic!("unknown model accepted: {other:?}"),
+    }
+    match hetero(&["mnist", "--evaluate"]) {
+        Err(RunError::Flags(e)) => assert!(e.to_string().contains("--resume"), "{e}"),
+        other => panic!("--evaluate without --resume accepted: {other:?}"),
+    }
+    let err = failure(&["mnist", "--dataset", "cifar10"]);
+    assert!(err.to_string().contains("--data-dir"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().to_str().unwrap();
+    let err = failure(&[
+        "resnet20",
+        "--dataset",
+        "fashion-mnist",
+        "--data-dir",
+        empty,
+    ]);
+    assert!(
+        err.to_string().contains("train-images-idx3-ubyte") && err.to_string().contains(empty),
+        "{err}"
+    );
+    let err = failure(&["mnist", "--milestones", "3,x"]);
+    assert!(err.to_string().contains("--milestones"), "{err}");
+    let err = failure(&["mnist", "--placement", "forward=f8"]);
+    assert!(err.to_string().contains("--placement"), "{err}");
+    let err = failure(&["mnist", "--lr", "NaN"]);
+    assert!(err.to_string().contains("--lr"), "{err}");
+    let missing = dir.path().join("nothing.ckpt");
+    let err = failure(&["mnist", "--resume", missing.to_str().unwrap()]);
+    assert!(err.to_string().contains("nothing.ckpt"), "{err}");
+}
+
+#[test]
+fn the_binary_exits_non_zero_without_a_panic() {
+    let binary = env!("CARGO_BIN_EXE_hetero");
+    for (args, code, says) in [
+        (vec!["train", "lenet"], 2, "invalid value 'lenet'"),
+        (
+            vec!["train", "mnist", "--dataset", "cifar10"],
+            1,
+            "error: --dataset cifar10 needs --data-dir",
+        ),
+    ] {
+        let output = std::process::Command::new(binary)
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn every_backend_here_runs_a_step() {
+    let quick = ["--dry-run", "--batch-size", "8", "--test-batch-size", "8"];
+    for (flags, runs_on) in [
+        (
+            &["--backend", "cpu", "--cpu", "ndarray"][..],
+            "cpu (ndarray",
+        ),
+        (&["--backend", "cpu"][..], "cpu (flex"),
+        // Vulkan on whatever device there is (lavapipe on CI): conv forward f16, gradients on
+        // the CPU, strict so that any fallback fails.
+        (
+            &[
+                "--accel",
+                "vulkan",
+                "--placement",
+                "forward=f16,dgrad=cpu,wgrad=cpu",
+                "--strict",
+            ][..],
+            "hetero: flex + Vulkan",
+        ),
+    ] {
+        let mut args = vec!["mnist"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&quick);
+        let outcome = hetero(&args).unwrap();
+        assert!(
+            outcome.backend.starts_with(runs_on),
+            "{flags:?} ran on {}",
+            outcome.backend
+        );
+        let (loss, accuracy) = outcome.report.final_test.unwrap();
+        assert!(loss.is_finite() && (0.0..=1.0).contains(&accuracy));
+        assert_eq!(outcome.report.epochs[0].steps, 1);
+    }
+}
