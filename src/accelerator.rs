@@ -3,10 +3,13 @@
 use burn_backend::ops::{ConvOptions, FloatTensorOps, ModuleOps};
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType, FloatDType, Shape, TensorMetadata};
-use burn_cubecl::kernel::conv::{
-    ConvStrategy, conv_data_backward, conv_forward, conv_weight_backward,
-};
+use burn_cubecl::kernel::conv::{ConvStrategy, conv_data_backward, conv_weight_backward};
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_hetero_kernels::{
+    Conv2dBuffers, Conv2dProblem, ConvPath, ConvTypes, OperandType, conv2d_forward,
+};
 
 /// A backend that runs the ops `Hetero` places on the accelerator.
 ///
@@ -91,11 +94,8 @@ pub(crate) fn widen<B: Backend>(t: FloatTensor<B>) -> FloatTensor<B> {
     }
 }
 
-/// burn-cubecl's conv kernels. Forward: autotuned where the device has matrix instructions and
-/// the operands are f16/bf16 (whose values the matrix
-/// units' tf32 mode holds exactly, so the sums stay f32-accurate), the direct kernels for f32
-/// operands (tf32 would round them to 10 mantissa bits) and on devices without matrix units (a
-/// CPU Vulkan driver, where autotune would only benchmark kernels that cannot win).
+/// Every CubeCL backend: the forward conv is our own kernel (matrix units where the device has
+/// them, else a portable tiled kernel); the gradients are burn-cubecl's direct kernels.
 impl<R, F, I, BT> Accelerator for CubeBackend<R, F, I, BT>
 where
     R: CubeRuntime,
@@ -103,21 +103,15 @@ where
     I: IntElement,
     BT: BoolElement,
 {
+    /// Our own kernels (`burn-hetero-kernels`): one launch, the operands read in their upload
+    /// precision, sums in f32, the bias added in the epilogue.
     fn accel_conv2d(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: Option<FloatTensor<Self>>,
         options: ConvOptions<2>,
     ) -> Result<FloatTensor<Self>, String> {
-        let strategy = conv_strategy(&x);
-        conv_forward::<R, 2>(
-            widen::<Self>(x),
-            widen::<Self>(weight),
-            bias.map(widen::<Self>),
-            options,
-            strategy,
-        )
-        .map_err(|e| format!("{e:?}"))
+        own_conv2d::<R, F, I, BT>(x, weight, bias, options)
     }
 
     fn accel_conv2d_x_backward(
@@ -156,13 +150,73 @@ where
     }
 }
 
-/// `operand` is one of the uploaded operands, in its upload dtype.
-fn conv_strategy<R: CubeRuntime>(operand: &burn_cubecl::tensor::CubeTensor<R>) -> ConvStrategy {
-    let features = &operand.client.properties().features.matmul;
-    let no_matrix_units = features.cmma.is_empty() && features.mma.is_empty();
-    if no_matrix_units || operand.dtype == DType::F32 {
-        ConvStrategy::Direct
+/// conv2d forward through `burn-hetero-kernels` on the operands' client, into a new f32 tensor.
+fn own_conv2d<R, F, I, BT>(
+    x: CubeTensor<R>,
+    weight: CubeTensor<R>,
+    bias: Option<CubeTensor<R>>,
+    options: ConvOptions<2>,
+) -> Result<CubeTensor<R>, String>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    type B<R, F, I, BT> = CubeBackend<R, F, I, BT>;
+    let (operand, dtype) = match x.dtype {
+        DType::F32 => (OperandType::F32, FloatDType::F32),
+        DType::F16 => (OperandType::F16, FloatDType::F16),
+        DType::BF16 => (OperandType::BF16, FloatDType::BF16),
+        other => return Err(format!("no conv2d kernel for {other:?} operands")),
+    };
+    // Both operands come from the same placement, so they share a dtype; the kernels read them
+    // as laid out (row-major, no offsets into views).
+    let x = into_contiguous(x);
+    let weight = if weight.dtype == x.dtype {
+        weight
     } else {
-        ConvStrategy::Autotune
+        B::<R, F, I, BT>::float_cast(weight, dtype)
+    };
+    let weight = into_contiguous(weight);
+    let bias = bias.map(|b| into_contiguous(widen::<B<R, F, I, BT>>(b)));
+    let (xs, ws) = (x.shape(), weight.shape());
+    if xs.num_dims() != 4 || ws.num_dims() != 4 {
+        return Err(format!("conv2d of shapes {xs:?} and {ws:?}"));
     }
+    let problem = Conv2dProblem::new(xs[0], xs[1], [xs[2], xs[3]], ws[0], [ws[2], ws[3]])
+        .with_stride(options.stride)
+        .with_padding(options.padding)
+        .with_dilation(options.dilation)
+        .with_groups(options.groups);
+    problem.validate().map_err(|e| e.to_string())?;
+    if ws[1] * options.groups != xs[1] {
+        return Err(format!(
+            "weight {ws:?} does not fit {} input channels in {} groups",
+            xs[1], options.groups
+        ));
+    }
+    let output_shape = Shape::from(vec![
+        xs[0],
+        ws[0],
+        problem.out_height(),
+        problem.out_width(),
+    ]);
+    let device = B::<R, F, I, BT>::float_device(&x);
+    let output = B::<R, F, I, BT>::float_empty(output_shape, &device, FloatDType::F32);
+    let buffers = Conv2dBuffers {
+        input: &x.handle,
+        weight: &weight.handle,
+        bias: bias.as_ref().map(|b| &b.handle),
+        output: &output.handle,
+    };
+    conv2d_forward(
+        &x.client,
+        buffers,
+        &problem,
+        ConvTypes::new(operand),
+        ConvPath::Auto,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(output)
 }
