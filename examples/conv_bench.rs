@@ -102,8 +102,11 @@ fn time_us(mut launch: impl FnMut(), device: &burn_cuda::CudaDevice) -> f64 {
     samples[samples.len() / 2]
 }
 
-/// cuDNN's microseconds by (n, ci, co, hw, stride, k, dtype), from torch_baselines.py's table.
-fn read_cudnn(path: &str) -> HashMap<(usize, usize, usize, usize, usize, usize, String), f64> {
+/// A row of torch_baselines.py's conv table: n, ci, co, hw, stride, k, dtype.
+type CudnnKey = (usize, usize, usize, usize, usize, usize, String);
+
+/// cuDNN's microseconds by shape and dtype, from torch_baselines.py's table.
+fn read_cudnn(path: &str) -> HashMap<CudnnKey, f64> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let mut table = HashMap::new();
     for line in text.lines() {

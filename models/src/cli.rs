@@ -251,7 +251,7 @@ where
 {
     let cli = Cli::try_parse_from(args).map_err(RunError::Flags)?;
     match cli.command {
-        Command::Train(args) => train_command(&args).map_err(RunError::Failed),
+        Command::Train(args) => train_command(&args).map_err(|e| RunError::Failed(Box::new(e))),
     }
 }
 
@@ -261,7 +261,7 @@ pub enum RunError {
     /// The flags could not be parsed (or `--help`/`--version` was asked).
     Flags(clap::Error),
     /// The command failed.
-    Failed(CliError),
+    Failed(Box<CliError>),
 }
 
 /// Runs the program on the process's arguments and returns its exit code.

@@ -47,6 +47,8 @@ pub fn nll_loss<B: Backend>(log_probs: Tensor<B, 2>, targets: Tensor<B, 1, Int>)
 
 /// Any model of this crate, so that a program that picks the model at run time compiles its
 /// training loop once per backend rather than once per model and backend.
+// A model is built once per run, so the size of the enum does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(burn::module::Module, Debug)]
 pub enum AnyModel<B: Backend> {
     /// The MNIST net.

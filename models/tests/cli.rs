@@ -20,7 +20,7 @@ fn hetero(args: &[&str]) -> Result<Outcome, RunError> {
 
 fn failure(args: &[&str]) -> CliError {
     match hetero(args) {
-        Err(RunError::Failed(e)) => e,
+        Err(RunError::Failed(e)) => *e,
         Err(RunError::Flags(e)) => panic!("flag error instead of a command error: {e}"),
         Ok(_) => panic!("{args:?} succeeded"),
     }
