@@ -3,7 +3,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once};
 
 thread_local! {
@@ -13,25 +13,41 @@ thread_local! {
 
 static HOOK: Once = Once::new();
 
+/// Number of [`guarded`] calls in progress, in any thread.
+static GUARDING: AtomicUsize = AtomicUsize::new(0);
+/// The last panic of another thread (a runtime's device thread failing to start) while some
+/// [`guarded`] call was in progress.
+static OTHER_THREAD_PANIC: Mutex<Option<String>> = Mutex::new(None);
+
+fn describe(info: &std::panic::PanicHookInfo<'_>) -> String {
+    let msg = if let Some(s) = info.payload().downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = info.payload().downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    };
+    let at = info
+        .location()
+        .map(|l| format!(" (at {}:{})", l.file(), l.line()))
+        .unwrap_or_default();
+    format!("{msg}{at}")
+}
+
 /// Installs, once, a panic hook that stays quiet for panics inside [`guarded`] (they become a
 /// logged fallback, not a trace on stderr) and defers to the previous hook for all others.
+/// While a guarded call runs, panics of other threads are quiet too: runtimes initialise a
+/// device on a thread of their own, whose panic (no driver, no adapter) is the real cause of
+/// the guarded call's failure and is reported with it.
 fn install_hook() {
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             if GUARDED.with(Cell::get) {
-                let msg = if let Some(s) = info.payload().downcast_ref::<&str>() {
-                    (*s).to_string()
-                } else if let Some(s) = info.payload().downcast_ref::<String>() {
-                    s.clone()
-                } else {
-                    "unknown panic".to_string()
-                };
-                let at = info
-                    .location()
-                    .map(|l| format!(" (at {}:{})", l.file(), l.line()))
-                    .unwrap_or_default();
-                LAST_PANIC.with(|p| *p.borrow_mut() = Some(format!("{msg}{at}")));
+                LAST_PANIC.with(|p| *p.borrow_mut() = Some(describe(info)));
+            } else if GUARDING.load(Ordering::SeqCst) > 0 {
+                *OTHER_THREAD_PANIC.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(describe(info));
             } else {
                 previous(info);
             }
@@ -39,16 +55,27 @@ fn install_hook() {
     });
 }
 
-/// Runs `f`, turning a panic inside it into `Err(message)`.
+/// Runs `f`, turning a panic inside it into `Err(message)`; where another thread panicked
+/// meanwhile (a device thread), its message is the one returned.
 pub(crate) fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     install_hook();
+    GUARDING.fetch_add(1, Ordering::SeqCst);
     let outer = GUARDED.with(|g| g.replace(true));
     let result = catch_unwind(AssertUnwindSafe(f));
     GUARDED.with(|g| g.set(outer));
+    GUARDING.fetch_sub(1, Ordering::SeqCst);
+    let other = OTHER_THREAD_PANIC
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
     result.map_err(|_| {
-        LAST_PANIC
+        let own = LAST_PANIC
             .with(|p| p.borrow_mut().take())
-            .unwrap_or_else(|| "unknown panic".to_string())
+            .unwrap_or_else(|| "unknown panic".to_string());
+        match other {
+            Some(other) => format!("{other} (on the device's thread, after: {own})"),
+            None => own,
+        }
     })
 }
 

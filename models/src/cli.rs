@@ -456,9 +456,17 @@ fn probe_vulkan(
     Err(reasons.join("; "))
 }
 
-/// The start of a probe's failure reason, up to the panic's own words (which name source files).
+/// The gist of a probe's failure reason: up to the first clause break, at most 120 characters.
 fn first_clause(reason: &str) -> &str {
-    let end = reason.find(": called `").unwrap_or(reason.len());
+    let end = [" - ", ": called `", " (at ", " (on the device", ". "]
+        .iter()
+        .filter_map(|cut| reason.find(cut))
+        .min()
+        .unwrap_or(reason.len());
+    let mut end = end.min(120);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
     reason[..end].trim_end_matches(':')
 }
 
