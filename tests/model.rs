@@ -4,7 +4,7 @@
 use burn::module::Module;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn::nn::pool::{AvgPool2d, AvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
@@ -18,6 +18,8 @@ pub struct SmallCnn<B: Backend> {
     conv1: Conv2d<B>,
     bn1: BatchNorm<B>,
     pool: MaxPool2d,
+    /// Replaces `pool` when set: see [`SmallCnn::with_average_pool`].
+    average_pool: Option<AvgPool2d>,
     conv2: Conv2d<B>,
     relu: Relu,
     fc: Linear<B>,
@@ -34,6 +36,7 @@ impl<B: Backend> SmallCnn<B> {
                 .init(device),
             bn1: BatchNormConfig::new(6).init(device),
             pool: MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init(),
+            average_pool: None,
             conv2: Conv2dConfig::new([6, 8], [3, 3])
                 .with_bias(false)
                 .init(device),
@@ -42,10 +45,21 @@ impl<B: Backend> SmallCnn<B> {
         }
     }
 
+    /// The same network with average instead of max pooling. Low-precision gradient checks use it:
+    /// max pooling picks one element per window, and a pick flipped by f16 rounding moves that
+    /// element's gradient by its full value, which no precision-scaled bound can cover.
+    pub fn with_average_pool(mut self) -> Self {
+        self.average_pool = Some(AvgPool2dConfig::new([2, 2]).with_strides([2, 2]).init());
+        self
+    }
+
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
         let x = self.conv1.forward(x);
         let x = self.relu.forward(self.bn1.forward(x));
-        let x = self.pool.forward(x);
+        let x = match &self.average_pool {
+            Some(pool) => pool.forward(x),
+            None => self.pool.forward(x),
+        };
         let x = self.relu.forward(self.conv2.forward(x));
         self.fc.forward(x.flatten(1, 3))
     }
