@@ -211,6 +211,9 @@ def render(trait, name, is_async, sig):
         call = f"rebind({call})"
     head = f"{'async ' if is_async else ''}fn {name}{generics}({params}) {rest}".rstrip()
     trace = f'        #[cfg(feature = "trace-ops")]\n        crate::trace::hit("{trait}::{name}");\n'
+    if name not in PLACED:
+        # Placed ops record their own time, per layer.
+        trace += f'        let _timer = crate::profile::CpuOpTimer::start("{name}");\n'
     return f"    {head} {{\n{trace}        {call}\n    }}\n"
 
 
