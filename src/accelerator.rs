@@ -5,10 +5,11 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType, FloatDType, Shape, TensorMetadata};
 use burn_cubecl::kernel::conv::{ConvStrategy, conv_data_backward, conv_weight_backward};
 use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_hetero_kernels::{
-    Conv2dBuffers, Conv2dProblem, ConvPath, ConvTypes, OperandType, conv2d_forward,
+    Conv2dBuffers, Conv2dProblem, ConvPath, ConvTypes, OperandType, conv2d_forward_async,
 };
 
 /// A backend that runs the ops `Hetero` places on the accelerator.
@@ -202,15 +203,34 @@ where
         problem.out_height(),
         problem.out_width(),
     ]);
-    let device = B::<R, F, I, BT>::float_device(&x);
-    let output = B::<R, F, I, BT>::float_empty(output_shape, &device, FloatDType::F32);
+    // Dense row-major, as the kernel writes it: CubeCL's default ("optimized") allocation pads
+    // each row to an alignment on CUDA, and a dense write into it scrambles the result.
+    let output = empty_device_contiguous_dtype::<R>(
+        x.client.clone(),
+        x.device.clone(),
+        output_shape,
+        DType::F32,
+    );
+    for (name, t) in [("input", &x), ("weight", &weight), ("output", &output)]
+        .into_iter()
+        .chain(bias.iter().map(|b| ("bias", b)))
+    {
+        if !t.is_contiguous() {
+            return Err(format!(
+                "the conv2d kernel needs a dense {name}, got shape {:?} strides {:?}",
+                t.shape(),
+                t.meta.strides()
+            ));
+        }
+    }
     let buffers = Conv2dBuffers {
         input: &x.handle,
         weight: &weight.handle,
         bias: bias.as_ref().map(|b| &b.handle),
         output: &output.handle,
     };
-    conv2d_forward(
+    // No flush here: the offload path reads the output next, which reports a failed launch.
+    conv2d_forward_async(
         &x.client,
         buffers,
         &problem,
