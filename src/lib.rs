@@ -8,6 +8,7 @@ mod fallback;
 mod offload;
 mod ops;
 mod placement;
+pub mod profile;
 mod stats;
 #[cfg(feature = "trace-ops")]
 mod trace;

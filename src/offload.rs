@@ -5,6 +5,7 @@ use crate::Accelerator;
 use crate::device;
 use crate::fallback::{guarded, injection_point, warn_once};
 use crate::placement::{OpKind, Placement, Precision};
+use crate::profile::{self, ConvSignature};
 use crate::stats::{self, OpCounters, Ran};
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType, TensorData, TensorMetadata};
@@ -24,6 +25,23 @@ pub(crate) struct PlacedOp<C: Backend> {
     pub flops: u64,
     /// The tensors the accelerator needs, in the order `on_accelerator` expects them.
     pub uploads: Vec<FloatTensor<C>>,
+    /// The conv's shape, for the per-layer profile (None: not a conv).
+    pub signature: Option<ConvSignature>,
+}
+
+/// Adds one call's counters to the statistics and, while profiling, to its layer's profile.
+fn record(op: OpKind, signature: Option<&ConvSignature>, ran: Ran, counters: OpCounters) {
+    stats::record(op, ran, counters);
+    if profile::profiling() {
+        match signature {
+            Some(signature) => profile::record_conv(op, signature, ran, counters),
+            // Other placed ops (matmul) join the CPU ops when they ran there.
+            None if !matches!(ran, Ran::Accelerator(_)) => {
+                profile::record_cpu_op(op.backend_op_name(), counters.cpu)
+            }
+            None => {}
+        }
+    }
 }
 
 /// Runs `placed` where its placement says: `on_accelerator` receives the uploaded operands on
@@ -39,9 +57,10 @@ where
     A: Accelerator,
 {
     let (op, flops) = (placed.op, placed.flops);
+    let signature = placed.signature.clone();
     let config = device::config(&placed.device);
     let precision = match config.placement(op) {
-        Placement::Cpu => return run_on_cpu::<C>(op, Ran::Cpu, flops, on_cpu),
+        Placement::Cpu => return run_on_cpu::<C>(op, signature.as_ref(), Ran::Cpu, flops, on_cpu),
         Placement::Accelerator { precision } => precision,
     };
     let fallback = |cause_key: String, cause: String| {
@@ -58,7 +77,7 @@ where
             "disabled".into(),
             "the accelerator is disabled by configuration".into(),
         );
-        return run_on_cpu::<C>(op, Ran::CpuFallback, flops, on_cpu);
+        return run_on_cpu::<C>(op, signature.as_ref(), Ran::CpuFallback, flops, on_cpu);
     }
     let accel_device = device::accelerator_device::<C, A>(&placed.device);
     let info = match device::probe::<A>(&accel_device) {
@@ -68,7 +87,7 @@ where
                 format!("unavailable:{reason}"),
                 format!("the accelerator {accel_device:?} is unavailable: {reason}"),
             );
-            return run_on_cpu::<C>(op, Ran::CpuFallback, flops, on_cpu);
+            return run_on_cpu::<C>(op, signature.as_ref(), Ran::CpuFallback, flops, on_cpu);
         }
     };
     // Operands always carry values rounded to `precision`; a device that cannot store that type
@@ -96,7 +115,12 @@ where
         )
     }) {
         Ok(Ok((out, counters))) => {
-            stats::record(op, Ran::Accelerator(precision), counters);
+            record(
+                op,
+                signature.as_ref(),
+                Ran::Accelerator(precision),
+                counters,
+            );
             out
         }
         Ok(Err(cause)) | Err(cause) => {
@@ -104,13 +128,14 @@ where
                 format!("failed:{op}:{cause}"),
                 format!("it failed there: {cause}"),
             );
-            run_on_cpu::<C>(op, Ran::CpuFallback, flops, on_cpu)
+            run_on_cpu::<C>(op, signature.as_ref(), Ran::CpuFallback, flops, on_cpu)
         }
     }
 }
 
 fn run_on_cpu<C: Backend>(
     op: OpKind,
+    signature: Option<&ConvSignature>,
     ran: Ran,
     flops: u64,
     on_cpu: impl FnOnce() -> FloatTensor<C>,
@@ -126,7 +151,7 @@ fn run_on_cpu<C: Backend>(
         cpu: start.elapsed(),
         ..Default::default()
     };
-    stats::record(op, ran, counters);
+    record(op, signature, ran, counters);
     out
 }
 
@@ -159,12 +184,19 @@ fn offload<C: Backend, A: Accelerator>(
         counters.bytes_up += data.bytes.len() as u64;
         uploaded.push(A::float_from_data(data, accel_device));
     }
-    A::sync(accel_device).map_err(|e| format!("upload failed: {e}"))?;
+    // Syncing between the phases only attributes their time (profiling); otherwise the read
+    // below waits for the whole chain and reports any failure in it.
+    let profiling = profile::profiling();
+    if profiling {
+        A::sync(accel_device).map_err(|e| format!("upload failed: {e}"))?;
+    }
     counters.upload += start.elapsed();
 
     let start = Instant::now();
     let out = on_accelerator(uploaded, accel_device)?;
-    A::sync(accel_device).map_err(|e| format!("kernel failed: {e}"))?;
+    if profiling {
+        A::sync(accel_device).map_err(|e| format!("kernel failed: {e}"))?;
+    }
     counters.compute += start.elapsed();
 
     let start = Instant::now();

@@ -122,6 +122,16 @@ impl OpKind {
             OpKind::Matmul => "matmul",
         }
     }
+
+    /// The Burn backend op it is (as named in the backend traits).
+    pub(crate) fn backend_op_name(self) -> &'static str {
+        match self {
+            OpKind::Conv2dForward => "conv2d",
+            OpKind::Conv2dInputGrad => "conv2d_x_backward",
+            OpKind::Conv2dWeightGrad => "conv2d_weight_backward",
+            OpKind::Matmul => "float_matmul",
+        }
+    }
 }
 
 impl fmt::Display for OpKind {

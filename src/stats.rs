@@ -57,7 +57,7 @@ impl OpCounters {
         self.upload + self.compute + self.download + self.cpu
     }
 
-    fn add(&mut self, other: &OpCounters) {
+    pub(crate) fn add(&mut self, other: &OpCounters) {
         self.calls += other.calls;
         self.elements += other.elements;
         self.flops += other.flops;

@@ -235,3 +235,77 @@ fn small_cnn_gradients_with_flex_as_cpu_backend() {
         assert!(e < 1e-4, "gradient {i} differs by {e:.2e}");
     }
 }
+
+/// Two training steps of the small CNN with every conv phase on the accelerator, profiled: the
+/// layers are numbered in forward order, each gradient phase lands on its own layer, the calls
+/// add up to the statistics, and the CPU backend's other ops are there with their time.
+#[test]
+fn profile_attributes_conv_phases_to_layers() {
+    use burn_hetero::profile;
+    let place = Placement::accelerator(Precision::F16);
+    let _s = settings(HeteroConfig::cpu_only().with_convs(place).with_strict(true));
+    profile::reset_profile();
+    profile::set_profiling(true);
+    let before = burn_hetero::stats();
+    type HA = Autodiff<burn_hetero::Hetero<N, Accel>>;
+    for _ in 0..2 {
+        grads::<HA>("profile", false);
+    }
+    // Forward-only passes (evaluation) start again at layer 1 at the first layer's shape.
+    let device = Default::default();
+    let model = SmallCnn::<HA>::new(&device, 11);
+    for _ in 0..2 {
+        let (x, _) = batch::<HA>(&mut rng_for("profile eval"), &device, 6);
+        let _ = model.forward(x).into_data();
+    }
+    profile::set_profiling(false);
+    let delta = burn_hetero::stats().since(&before);
+    let p = profile::profile();
+    let rows: Vec<(usize, OpKind, u64)> = p
+        .layers
+        .iter()
+        .map(|l| (l.layer, l.op, l.counters.calls))
+        .collect();
+    // conv1 needs no input gradient (its input is the data).
+    assert_eq!(
+        rows,
+        [
+            (0, OpKind::Conv2dForward, 4),
+            (0, OpKind::Conv2dWeightGrad, 2),
+            (1, OpKind::Conv2dForward, 4),
+            (1, OpKind::Conv2dInputGrad, 2),
+            (1, OpKind::Conv2dWeightGrad, 2),
+        ],
+        "\n{p}"
+    );
+    assert_eq!(p.layers[0].signature.input, [6, 1, 12, 12]);
+    assert_eq!(p.layers[2].signature.weight, [8, 6, 3, 3]);
+    for l in &p.layers {
+        assert_eq!(l.ran, Ran::Accelerator(Precision::F16), "\n{p}");
+        let c = &l.counters;
+        assert!(c.bytes_up > 0 && c.bytes_down > 0, "\n{p}");
+        assert!(!c.upload.is_zero() && !c.compute.is_zero() && !c.download.is_zero());
+    }
+    for op in [
+        OpKind::Conv2dForward,
+        OpKind::Conv2dInputGrad,
+        OpKind::Conv2dWeightGrad,
+    ] {
+        let profiled: u64 = p
+            .layers
+            .iter()
+            .filter(|l| l.op == op)
+            .map(|l| l.counters.calls)
+            .sum();
+        assert_eq!(profiled, delta.total(op).calls, "{op}");
+    }
+    // The linear layer (two steps, two evaluations), and the batch norm's and ReLU's ops.
+    let calls = |name: &str| p.cpu_ops.iter().find(|o| o.name == name).map(|o| o.calls);
+    assert_eq!(calls("linear"), Some(4), "\n{p}");
+    assert_eq!(calls("relu_backward"), Some(4), "\n{p}");
+    assert!(p.cpu_ops.len() >= 10, "\n{p}");
+    assert!(!p.totals().1.is_zero());
+    let table = p.to_string();
+    assert!(table.contains("| 1 | 6×1×12×12 → 6, 3×3 p1 | forward | accelerator/f16 | 4 |"));
+    profile::reset_profile();
+}

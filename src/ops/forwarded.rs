@@ -19,6 +19,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     fn float_from_data(data: TensorData, device: &Device<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_from_data");
+        let _timer = crate::profile::CpuOpTimer::start("float_from_data");
         <C as FloatTensorOps<C>>::float_from_data(data, device)
     }
     fn float_random(
@@ -29,16 +30,19 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_random");
+        let _timer = crate::profile::CpuOpTimer::start("float_random");
         <C as FloatTensorOps<C>>::float_random(shape, distribution, device, dtype)
     }
     fn float_zeros(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_zeros");
+        let _timer = crate::profile::CpuOpTimer::start("float_zeros");
         <C as FloatTensorOps<C>>::float_zeros(shape, device, dtype)
     }
     fn float_ones(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_ones");
+        let _timer = crate::profile::CpuOpTimer::start("float_ones");
         <C as FloatTensorOps<C>>::float_ones(shape, device, dtype)
     }
     fn float_full(
@@ -49,6 +53,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_full");
+        let _timer = crate::profile::CpuOpTimer::start("float_full");
         <C as FloatTensorOps<C>>::float_full(shape, fill_value, device, dtype)
     }
     fn float_into_data(
@@ -56,96 +61,115 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_into_data");
+        let _timer = crate::profile::CpuOpTimer::start("float_into_data");
         <C as FloatTensorOps<C>>::float_into_data(tensor)
     }
     fn float_device(tensor: &FloatTensor<Self>) -> Device<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_device");
+        let _timer = crate::profile::CpuOpTimer::start("float_device");
         <C as FloatTensorOps<C>>::float_device(tensor)
     }
     fn float_to_device(tensor: FloatTensor<Self>, device: &Device<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_to_device");
+        let _timer = crate::profile::CpuOpTimer::start("float_to_device");
         <C as FloatTensorOps<C>>::float_to_device(tensor, device)
     }
     fn float_into_int(tensor: FloatTensor<Self>, out_dtype: IntDType) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_into_int");
+        let _timer = crate::profile::CpuOpTimer::start("float_into_int");
         <C as FloatTensorOps<C>>::float_into_int(tensor, out_dtype)
     }
     fn float_empty(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_empty");
+        let _timer = crate::profile::CpuOpTimer::start("float_empty");
         <C as FloatTensorOps<C>>::float_empty(shape, device, dtype)
     }
     fn float_repeat_dim(tensor: FloatTensor<Self>, dim: usize, times: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_repeat_dim");
+        let _timer = crate::profile::CpuOpTimer::start("float_repeat_dim");
         <C as FloatTensorOps<C>>::float_repeat_dim(tensor, dim, times)
     }
     fn float_add(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_add");
+        let _timer = crate::profile::CpuOpTimer::start("float_add");
         <C as FloatTensorOps<C>>::float_add(lhs, rhs)
     }
     fn float_add_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_add_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("float_add_scalar");
         <C as FloatTensorOps<C>>::float_add_scalar(lhs, rhs)
     }
     fn float_clamp_min(tensor: FloatTensor<Self>, min: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_clamp_min");
+        let _timer = crate::profile::CpuOpTimer::start("float_clamp_min");
         <C as FloatTensorOps<C>>::float_clamp_min(tensor, min)
     }
     fn float_clamp_max(tensor: FloatTensor<Self>, max: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_clamp_max");
+        let _timer = crate::profile::CpuOpTimer::start("float_clamp_max");
         <C as FloatTensorOps<C>>::float_clamp_max(tensor, max)
     }
     fn float_clamp(tensor: FloatTensor<Self>, min: Scalar, max: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_clamp");
+        let _timer = crate::profile::CpuOpTimer::start("float_clamp");
         <C as FloatTensorOps<C>>::float_clamp(tensor, min, max)
     }
     fn float_sub(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sub");
+        let _timer = crate::profile::CpuOpTimer::start("float_sub");
         <C as FloatTensorOps<C>>::float_sub(lhs, rhs)
     }
     fn float_sub_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sub_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("float_sub_scalar");
         <C as FloatTensorOps<C>>::float_sub_scalar(lhs, rhs)
     }
     fn float_mul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_mul");
+        let _timer = crate::profile::CpuOpTimer::start("float_mul");
         <C as FloatTensorOps<C>>::float_mul(lhs, rhs)
     }
     fn float_mul_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_mul_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("float_mul_scalar");
         <C as FloatTensorOps<C>>::float_mul_scalar(lhs, rhs)
     }
     fn float_div(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_div");
+        let _timer = crate::profile::CpuOpTimer::start("float_div");
         <C as FloatTensorOps<C>>::float_div(lhs, rhs)
     }
     fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_div_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("float_div_scalar");
         <C as FloatTensorOps<C>>::float_div_scalar(lhs, rhs)
     }
     fn float_remainder(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_remainder");
+        let _timer = crate::profile::CpuOpTimer::start("float_remainder");
         <C as FloatTensorOps<C>>::float_remainder(lhs, rhs)
     }
     fn float_remainder_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_remainder_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("float_remainder_scalar");
         <C as FloatTensorOps<C>>::float_remainder_scalar(lhs, rhs)
     }
     fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -160,41 +184,49 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cross");
+        let _timer = crate::profile::CpuOpTimer::start("float_cross");
         <C as FloatTensorOps<C>>::float_cross(lhs, rhs, dim)
     }
     fn float_neg(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_neg");
+        let _timer = crate::profile::CpuOpTimer::start("float_neg");
         <C as FloatTensorOps<C>>::float_neg(tensor)
     }
     fn float_recip(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_recip");
+        let _timer = crate::profile::CpuOpTimer::start("float_recip");
         <C as FloatTensorOps<C>>::float_recip(tensor)
     }
     fn float_transpose(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_transpose");
+        let _timer = crate::profile::CpuOpTimer::start("float_transpose");
         <C as FloatTensorOps<C>>::float_transpose(tensor)
     }
     fn float_swap_dims(tensor: FloatTensor<Self>, dim1: usize, dim2: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_swap_dims");
+        let _timer = crate::profile::CpuOpTimer::start("float_swap_dims");
         <C as FloatTensorOps<C>>::float_swap_dims(tensor, dim1, dim2)
     }
     fn float_permute(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_permute");
+        let _timer = crate::profile::CpuOpTimer::start("float_permute");
         <C as FloatTensorOps<C>>::float_permute(tensor, axes)
     }
     fn float_flip(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_flip");
+        let _timer = crate::profile::CpuOpTimer::start("float_flip");
         <C as FloatTensorOps<C>>::float_flip(tensor, axes)
     }
     fn float_reshape(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_reshape");
+        let _timer = crate::profile::CpuOpTimer::start("float_reshape");
         <C as FloatTensorOps<C>>::float_reshape(tensor, shape)
     }
     fn float_gather(
@@ -204,6 +236,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_gather");
+        let _timer = crate::profile::CpuOpTimer::start("float_gather");
         <C as FloatTensorOps<C>>::float_gather(dim, tensor, indices)
     }
     fn float_scatter_add(
@@ -214,6 +247,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_scatter_add");
+        let _timer = crate::profile::CpuOpTimer::start("float_scatter_add");
         <C as FloatTensorOps<C>>::float_scatter_add(dim, tensor, indices, value)
     }
     fn float_scatter_nd(
@@ -224,11 +258,13 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_scatter_nd");
+        let _timer = crate::profile::CpuOpTimer::start("float_scatter_nd");
         <C as FloatTensorOps<C>>::float_scatter_nd(_data, _indices, _values, _reduction)
     }
     fn float_gather_nd(_data: FloatTensor<Self>, _indices: IntTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_gather_nd");
+        let _timer = crate::profile::CpuOpTimer::start("float_gather_nd");
         <C as FloatTensorOps<C>>::float_gather_nd(_data, _indices)
     }
     fn float_select(
@@ -238,6 +274,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_select");
+        let _timer = crate::profile::CpuOpTimer::start("float_select");
         <C as FloatTensorOps<C>>::float_select(tensor, dim, indices)
     }
     fn float_select_add(
@@ -248,11 +285,13 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_select_add");
+        let _timer = crate::profile::CpuOpTimer::start("float_select_add");
         <C as FloatTensorOps<C>>::float_select_add(tensor, dim, indices, value)
     }
     fn float_slice(tensor: FloatTensor<Self>, slices: &[Slice]) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_slice");
+        let _timer = crate::profile::CpuOpTimer::start("float_slice");
         <C as FloatTensorOps<C>>::float_slice(tensor, slices)
     }
     fn float_slice_assign(
@@ -262,6 +301,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_slice_assign");
+        let _timer = crate::profile::CpuOpTimer::start("float_slice_assign");
         <C as FloatTensorOps<C>>::float_slice_assign(tensor, slices, value)
     }
     fn float_mask_where(
@@ -271,6 +311,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_mask_where");
+        let _timer = crate::profile::CpuOpTimer::start("float_mask_where");
         <C as FloatTensorOps<C>>::float_mask_where(tensor, mask, value)
     }
     fn float_mask_fill(
@@ -280,6 +321,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_mask_fill");
+        let _timer = crate::profile::CpuOpTimer::start("float_mask_fill");
         <C as FloatTensorOps<C>>::float_mask_fill(tensor, mask, value)
     }
     fn float_equal(
@@ -289,6 +331,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_equal");
+        let _timer = crate::profile::CpuOpTimer::start("float_equal");
         <C as FloatTensorOps<C>>::float_equal(lhs, rhs, out_dtype)
     }
     fn float_not_equal(
@@ -298,6 +341,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_not_equal");
+        let _timer = crate::profile::CpuOpTimer::start("float_not_equal");
         <C as FloatTensorOps<C>>::float_not_equal(lhs, rhs, out_dtype)
     }
     fn float_equal_elem(
@@ -307,6 +351,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_equal_elem");
+        let _timer = crate::profile::CpuOpTimer::start("float_equal_elem");
         <C as FloatTensorOps<C>>::float_equal_elem(lhs, rhs, out_dtype)
     }
     fn float_not_equal_elem(
@@ -316,6 +361,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_not_equal_elem");
+        let _timer = crate::profile::CpuOpTimer::start("float_not_equal_elem");
         <C as FloatTensorOps<C>>::float_not_equal_elem(lhs, rhs, out_dtype)
     }
     fn float_greater(
@@ -325,6 +371,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_greater");
+        let _timer = crate::profile::CpuOpTimer::start("float_greater");
         <C as FloatTensorOps<C>>::float_greater(lhs, rhs, out_dtype)
     }
     fn float_greater_elem(
@@ -334,6 +381,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_greater_elem");
+        let _timer = crate::profile::CpuOpTimer::start("float_greater_elem");
         <C as FloatTensorOps<C>>::float_greater_elem(lhs, rhs, out_dtype)
     }
     fn float_greater_equal(
@@ -343,6 +391,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_greater_equal");
+        let _timer = crate::profile::CpuOpTimer::start("float_greater_equal");
         <C as FloatTensorOps<C>>::float_greater_equal(lhs, rhs, out_dtype)
     }
     fn float_greater_equal_elem(
@@ -352,6 +401,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_greater_equal_elem");
+        let _timer = crate::profile::CpuOpTimer::start("float_greater_equal_elem");
         <C as FloatTensorOps<C>>::float_greater_equal_elem(lhs, rhs, out_dtype)
     }
     fn float_lower(
@@ -361,6 +411,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_lower");
+        let _timer = crate::profile::CpuOpTimer::start("float_lower");
         <C as FloatTensorOps<C>>::float_lower(lhs, rhs, out_dtype)
     }
     fn float_lower_elem(
@@ -370,6 +421,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_lower_elem");
+        let _timer = crate::profile::CpuOpTimer::start("float_lower_elem");
         <C as FloatTensorOps<C>>::float_lower_elem(lhs, rhs, out_dtype)
     }
     fn float_lower_equal(
@@ -379,6 +431,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_lower_equal");
+        let _timer = crate::profile::CpuOpTimer::start("float_lower_equal");
         <C as FloatTensorOps<C>>::float_lower_equal(lhs, rhs, out_dtype)
     }
     fn float_lower_equal_elem(
@@ -388,231 +441,277 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_lower_equal_elem");
+        let _timer = crate::profile::CpuOpTimer::start("float_lower_equal_elem");
         <C as FloatTensorOps<C>>::float_lower_equal_elem(lhs, rhs, out_dtype)
     }
     fn float_detach(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_detach");
+        let _timer = crate::profile::CpuOpTimer::start("float_detach");
         <C as FloatTensorOps<C>>::float_detach(tensor)
     }
     fn float_set_require_grad(tensor: FloatTensor<Self>, _require_grad: bool) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_set_require_grad");
+        let _timer = crate::profile::CpuOpTimer::start("float_set_require_grad");
         <C as FloatTensorOps<C>>::float_set_require_grad(tensor, _require_grad)
     }
     fn float_is_require_grad(_tensor: &FloatTensor<Self>) -> bool {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_is_require_grad");
+        let _timer = crate::profile::CpuOpTimer::start("float_is_require_grad");
         <C as FloatTensorOps<C>>::float_is_require_grad(_tensor)
     }
     fn float_sum(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sum");
+        let _timer = crate::profile::CpuOpTimer::start("float_sum");
         <C as FloatTensorOps<C>>::float_sum(tensor)
     }
     fn float_sum_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sum_dim");
+        let _timer = crate::profile::CpuOpTimer::start("float_sum_dim");
         <C as FloatTensorOps<C>>::float_sum_dim(tensor, dim)
     }
     fn float_prod(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_prod");
+        let _timer = crate::profile::CpuOpTimer::start("float_prod");
         <C as FloatTensorOps<C>>::float_prod(tensor)
     }
     fn float_prod_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_prod_dim");
+        let _timer = crate::profile::CpuOpTimer::start("float_prod_dim");
         <C as FloatTensorOps<C>>::float_prod_dim(tensor, dim)
     }
     fn float_mean(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_mean");
+        let _timer = crate::profile::CpuOpTimer::start("float_mean");
         <C as FloatTensorOps<C>>::float_mean(tensor)
     }
     fn float_mean_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_mean_dim");
+        let _timer = crate::profile::CpuOpTimer::start("float_mean_dim");
         <C as FloatTensorOps<C>>::float_mean_dim(tensor, dim)
     }
     fn float_cumsum(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cumsum");
+        let _timer = crate::profile::CpuOpTimer::start("float_cumsum");
         <C as FloatTensorOps<C>>::float_cumsum(tensor, dim)
     }
     fn float_cumprod(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cumprod");
+        let _timer = crate::profile::CpuOpTimer::start("float_cumprod");
         <C as FloatTensorOps<C>>::float_cumprod(tensor, dim)
     }
     fn float_cummin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cummin");
+        let _timer = crate::profile::CpuOpTimer::start("float_cummin");
         <C as FloatTensorOps<C>>::float_cummin(tensor, dim)
     }
     fn float_cummax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cummax");
+        let _timer = crate::profile::CpuOpTimer::start("float_cummax");
         <C as FloatTensorOps<C>>::float_cummax(tensor, dim)
     }
     fn float_cast(tensor: FloatTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cast");
+        let _timer = crate::profile::CpuOpTimer::start("float_cast");
         <C as FloatTensorOps<C>>::float_cast(tensor, dtype)
     }
     fn float_exp(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_exp");
+        let _timer = crate::profile::CpuOpTimer::start("float_exp");
         <C as FloatTensorOps<C>>::float_exp(tensor)
     }
     fn float_log(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_log");
+        let _timer = crate::profile::CpuOpTimer::start("float_log");
         <C as FloatTensorOps<C>>::float_log(tensor)
     }
     fn float_log1p(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_log1p");
+        let _timer = crate::profile::CpuOpTimer::start("float_log1p");
         <C as FloatTensorOps<C>>::float_log1p(tensor)
     }
     fn float_powf(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_powf");
+        let _timer = crate::profile::CpuOpTimer::start("float_powf");
         <C as FloatTensorOps<C>>::float_powf(lhs, rhs)
     }
     fn float_powi(lhs: FloatTensor<Self>, rhs: IntTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_powi");
+        let _timer = crate::profile::CpuOpTimer::start("float_powi");
         <C as FloatTensorOps<C>>::float_powi(lhs, rhs)
     }
     fn float_powi_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_powi_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("float_powi_scalar");
         <C as FloatTensorOps<C>>::float_powi_scalar(lhs, rhs)
     }
     fn float_powi_scalar_impl(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_powi_scalar_impl");
+        let _timer = crate::profile::CpuOpTimer::start("float_powi_scalar_impl");
         <C as FloatTensorOps<C>>::float_powi_scalar_impl(lhs, rhs)
     }
     fn float_powf_scalar(tensor: FloatTensor<Self>, value: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_powf_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("float_powf_scalar");
         <C as FloatTensorOps<C>>::float_powf_scalar(tensor, value)
     }
     fn float_powf_scalar_impl(tensor: FloatTensor<Self>, value: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_powf_scalar_impl");
+        let _timer = crate::profile::CpuOpTimer::start("float_powf_scalar_impl");
         <C as FloatTensorOps<C>>::float_powf_scalar_impl(tensor, value)
     }
     fn float_sqrt(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sqrt");
+        let _timer = crate::profile::CpuOpTimer::start("float_sqrt");
         <C as FloatTensorOps<C>>::float_sqrt(tensor)
     }
     fn float_abs(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_abs");
+        let _timer = crate::profile::CpuOpTimer::start("float_abs");
         <C as FloatTensorOps<C>>::float_abs(tensor)
     }
     fn float_cos(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cos");
+        let _timer = crate::profile::CpuOpTimer::start("float_cos");
         <C as FloatTensorOps<C>>::float_cos(tensor)
     }
     fn float_sin(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sin");
+        let _timer = crate::profile::CpuOpTimer::start("float_sin");
         <C as FloatTensorOps<C>>::float_sin(tensor)
     }
     fn float_tan(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_tan");
+        let _timer = crate::profile::CpuOpTimer::start("float_tan");
         <C as FloatTensorOps<C>>::float_tan(tensor)
     }
     fn float_cosh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cosh");
+        let _timer = crate::profile::CpuOpTimer::start("float_cosh");
         <C as FloatTensorOps<C>>::float_cosh(tensor)
     }
     fn float_sinh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sinh");
+        let _timer = crate::profile::CpuOpTimer::start("float_sinh");
         <C as FloatTensorOps<C>>::float_sinh(tensor)
     }
     fn float_tanh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_tanh");
+        let _timer = crate::profile::CpuOpTimer::start("float_tanh");
         <C as FloatTensorOps<C>>::float_tanh(tensor)
     }
     fn float_acos(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_acos");
+        let _timer = crate::profile::CpuOpTimer::start("float_acos");
         <C as FloatTensorOps<C>>::float_acos(tensor)
     }
     fn float_acosh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_acosh");
+        let _timer = crate::profile::CpuOpTimer::start("float_acosh");
         <C as FloatTensorOps<C>>::float_acosh(tensor)
     }
     fn float_asin(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_asin");
+        let _timer = crate::profile::CpuOpTimer::start("float_asin");
         <C as FloatTensorOps<C>>::float_asin(tensor)
     }
     fn float_asinh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_asinh");
+        let _timer = crate::profile::CpuOpTimer::start("float_asinh");
         <C as FloatTensorOps<C>>::float_asinh(tensor)
     }
     fn float_atan(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_atan");
+        let _timer = crate::profile::CpuOpTimer::start("float_atan");
         <C as FloatTensorOps<C>>::float_atan(tensor)
     }
     fn float_atanh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_atanh");
+        let _timer = crate::profile::CpuOpTimer::start("float_atanh");
         <C as FloatTensorOps<C>>::float_atanh(tensor)
     }
     fn float_atan2(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_atan2");
+        let _timer = crate::profile::CpuOpTimer::start("float_atan2");
         <C as FloatTensorOps<C>>::float_atan2(lhs, rhs)
     }
     fn float_round(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_round");
+        let _timer = crate::profile::CpuOpTimer::start("float_round");
         <C as FloatTensorOps<C>>::float_round(tensor)
     }
     fn float_floor(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_floor");
+        let _timer = crate::profile::CpuOpTimer::start("float_floor");
         <C as FloatTensorOps<C>>::float_floor(tensor)
     }
     fn float_ceil(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_ceil");
+        let _timer = crate::profile::CpuOpTimer::start("float_ceil");
         <C as FloatTensorOps<C>>::float_ceil(tensor)
     }
     fn float_trunc(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_trunc");
+        let _timer = crate::profile::CpuOpTimer::start("float_trunc");
         <C as FloatTensorOps<C>>::float_trunc(tensor)
     }
     fn float_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_erf");
+        let _timer = crate::profile::CpuOpTimer::start("float_erf");
         <C as FloatTensorOps<C>>::float_erf(tensor)
     }
     fn float_cat(tensors: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cat");
+        let _timer = crate::profile::CpuOpTimer::start("float_cat");
         <C as FloatTensorOps<C>>::float_cat(tensors, dim)
     }
     fn float_argmax(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_argmax");
+        let _timer = crate::profile::CpuOpTimer::start("float_argmax");
         <C as FloatTensorOps<C>>::float_argmax(tensor, dim, out_dtype)
     }
     fn float_argtopk(
@@ -623,26 +722,31 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_argtopk");
+        let _timer = crate::profile::CpuOpTimer::start("float_argtopk");
         <C as FloatTensorOps<C>>::float_argtopk(tensor, dim, k, out_dtype)
     }
     fn float_topk(tensor: FloatTensor<Self>, dim: usize, k: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_topk");
+        let _timer = crate::profile::CpuOpTimer::start("float_topk");
         <C as FloatTensorOps<C>>::float_topk(tensor, dim, k)
     }
     fn float_argmin(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_argmin");
+        let _timer = crate::profile::CpuOpTimer::start("float_argmin");
         <C as FloatTensorOps<C>>::float_argmin(tensor, dim, out_dtype)
     }
     fn float_max(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_max");
+        let _timer = crate::profile::CpuOpTimer::start("float_max");
         <C as FloatTensorOps<C>>::float_max(tensor)
     }
     fn float_max_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_max_dim");
+        let _timer = crate::profile::CpuOpTimer::start("float_max_dim");
         <C as FloatTensorOps<C>>::float_max_dim(tensor, dim)
     }
     fn float_max_dim_with_indices(
@@ -652,16 +756,19 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> (FloatTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_max_dim_with_indices");
+        let _timer = crate::profile::CpuOpTimer::start("float_max_dim_with_indices");
         <C as FloatTensorOps<C>>::float_max_dim_with_indices(tensor, dim, indices_dtype)
     }
     fn float_min(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_min");
+        let _timer = crate::profile::CpuOpTimer::start("float_min");
         <C as FloatTensorOps<C>>::float_min(tensor)
     }
     fn float_min_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_min_dim");
+        let _timer = crate::profile::CpuOpTimer::start("float_min_dim");
         <C as FloatTensorOps<C>>::float_min_dim(tensor, dim)
     }
     fn float_min_dim_with_indices(
@@ -671,21 +778,25 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> (FloatTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_min_dim_with_indices");
+        let _timer = crate::profile::CpuOpTimer::start("float_min_dim_with_indices");
         <C as FloatTensorOps<C>>::float_min_dim_with_indices(tensor, dim, indices_dtype)
     }
     fn float_max_abs(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_max_abs");
+        let _timer = crate::profile::CpuOpTimer::start("float_max_abs");
         <C as FloatTensorOps<C>>::float_max_abs(tensor)
     }
     fn float_max_abs_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_max_abs_dim");
+        let _timer = crate::profile::CpuOpTimer::start("float_max_abs_dim");
         <C as FloatTensorOps<C>>::float_max_abs_dim(tensor, dim)
     }
     fn float_any(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_any");
+        let _timer = crate::profile::CpuOpTimer::start("float_any");
         <C as FloatTensorOps<C>>::float_any(tensor, out_dtype)
     }
     fn float_any_dim(
@@ -695,11 +806,13 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_any_dim");
+        let _timer = crate::profile::CpuOpTimer::start("float_any_dim");
         <C as FloatTensorOps<C>>::float_any_dim(tensor, dim, out_dtype)
     }
     fn float_all(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_all");
+        let _timer = crate::profile::CpuOpTimer::start("float_all");
         <C as FloatTensorOps<C>>::float_all(tensor, out_dtype)
     }
     fn float_all_dim(
@@ -709,21 +822,25 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_all_dim");
+        let _timer = crate::profile::CpuOpTimer::start("float_all_dim");
         <C as FloatTensorOps<C>>::float_all_dim(tensor, dim, out_dtype)
     }
     fn float_sign(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sign");
+        let _timer = crate::profile::CpuOpTimer::start("float_sign");
         <C as FloatTensorOps<C>>::float_sign(tensor)
     }
     fn float_expand(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_expand");
+        let _timer = crate::profile::CpuOpTimer::start("float_expand");
         <C as FloatTensorOps<C>>::float_expand(tensor, shape)
     }
     fn float_sort(tensor: FloatTensor<Self>, dim: usize, descending: bool) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sort");
+        let _timer = crate::profile::CpuOpTimer::start("float_sort");
         <C as FloatTensorOps<C>>::float_sort(tensor, dim, descending)
     }
     fn float_sort_with_indices(
@@ -734,6 +851,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> (FloatTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sort_with_indices");
+        let _timer = crate::profile::CpuOpTimer::start("float_sort_with_indices");
         <C as FloatTensorOps<C>>::float_sort_with_indices(tensor, dim, descending, indices_dtype)
     }
     fn float_argsort(
@@ -744,6 +862,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_argsort");
+        let _timer = crate::profile::CpuOpTimer::start("float_argsort");
         <C as FloatTensorOps<C>>::float_argsort(tensor, dim, descending, out_dtype)
     }
     fn float_grid_sample_2d(
@@ -753,6 +872,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_grid_sample_2d");
+        let _timer = crate::profile::CpuOpTimer::start("float_grid_sample_2d");
         <C as FloatTensorOps<C>>::float_grid_sample_2d(tensor, grid, options)
     }
     fn float_unfold(
@@ -763,16 +883,19 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_unfold");
+        let _timer = crate::profile::CpuOpTimer::start("float_unfold");
         <C as FloatTensorOps<C>>::float_unfold(tensor, dim, size, step)
     }
     fn float_is_nan(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_is_nan");
+        let _timer = crate::profile::CpuOpTimer::start("float_is_nan");
         <C as FloatTensorOps<C>>::float_is_nan(tensor, out_dtype)
     }
     fn float_is_inf(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_is_inf");
+        let _timer = crate::profile::CpuOpTimer::start("float_is_inf");
         <C as FloatTensorOps<C>>::float_is_inf(tensor, out_dtype)
     }
 }
@@ -781,6 +904,7 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     fn int_empty(shape: Shape, device: &Device<Self>, dtype: IntDType) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_empty");
+        let _timer = crate::profile::CpuOpTimer::start("int_empty");
         <C as IntTensorOps<C>>::int_empty(shape, device, dtype)
     }
     fn int_into_data(
@@ -788,31 +912,37 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_into_data");
+        let _timer = crate::profile::CpuOpTimer::start("int_into_data");
         <C as IntTensorOps<C>>::int_into_data(tensor)
     }
     fn int_from_data(data: TensorData, device: &Device<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_from_data");
+        let _timer = crate::profile::CpuOpTimer::start("int_from_data");
         <C as IntTensorOps<C>>::int_from_data(data, device)
     }
     fn int_device(tensor: &IntTensor<Self>) -> Device<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_device");
+        let _timer = crate::profile::CpuOpTimer::start("int_device");
         <C as IntTensorOps<C>>::int_device(tensor)
     }
     fn int_to_device(tensor: IntTensor<Self>, device: &Device<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_to_device");
+        let _timer = crate::profile::CpuOpTimer::start("int_to_device");
         <C as IntTensorOps<C>>::int_to_device(tensor, device)
     }
     fn int_reshape(tensor: IntTensor<Self>, shape: Shape) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_reshape");
+        let _timer = crate::profile::CpuOpTimer::start("int_reshape");
         <C as IntTensorOps<C>>::int_reshape(tensor, shape)
     }
     fn int_slice(tensor: IntTensor<Self>, slices: &[Slice]) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_slice");
+        let _timer = crate::profile::CpuOpTimer::start("int_slice");
         <C as IntTensorOps<C>>::int_slice(tensor, slices)
     }
     fn int_slice_assign(
@@ -822,11 +952,13 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_slice_assign");
+        let _timer = crate::profile::CpuOpTimer::start("int_slice_assign");
         <C as IntTensorOps<C>>::int_slice_assign(tensor, slices, value)
     }
     fn int_into_float(tensor: IntTensor<Self>, out_dtype: FloatDType) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_into_float");
+        let _timer = crate::profile::CpuOpTimer::start("int_into_float");
         <C as IntTensorOps<C>>::int_into_float(tensor, out_dtype)
     }
     fn int_mask_where(
@@ -836,6 +968,7 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_mask_where");
+        let _timer = crate::profile::CpuOpTimer::start("int_mask_where");
         <C as IntTensorOps<C>>::int_mask_where(tensor, mask, value)
     }
     fn int_mask_fill(
@@ -845,6 +978,7 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_mask_fill");
+        let _timer = crate::profile::CpuOpTimer::start("int_mask_fill");
         <C as IntTensorOps<C>>::int_mask_fill(tensor, mask, value)
     }
     fn int_gather(
@@ -854,6 +988,7 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_gather");
+        let _timer = crate::profile::CpuOpTimer::start("int_gather");
         <C as IntTensorOps<C>>::int_gather(dim, tensor, indices)
     }
     fn int_scatter_add(
@@ -864,6 +999,7 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_scatter_add");
+        let _timer = crate::profile::CpuOpTimer::start("int_scatter_add");
         <C as IntTensorOps<C>>::int_scatter_add(dim, tensor, indices, value)
     }
     fn int_scatter_nd(
@@ -874,11 +1010,13 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_scatter_nd");
+        let _timer = crate::profile::CpuOpTimer::start("int_scatter_nd");
         <C as IntTensorOps<C>>::int_scatter_nd(_data, _indices, _values, _reduction)
     }
     fn int_gather_nd(_data: IntTensor<Self>, _indices: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_gather_nd");
+        let _timer = crate::profile::CpuOpTimer::start("int_gather_nd");
         <C as IntTensorOps<C>>::int_gather_nd(_data, _indices)
     }
     fn int_select(
@@ -888,6 +1026,7 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_select");
+        let _timer = crate::profile::CpuOpTimer::start("int_select");
         <C as IntTensorOps<C>>::int_select(tensor, dim, indices)
     }
     fn int_select_add(
@@ -898,16 +1037,19 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_select_add");
+        let _timer = crate::profile::CpuOpTimer::start("int_select_add");
         <C as IntTensorOps<C>>::int_select_add(tensor, dim, indices, value)
     }
     fn int_repeat_dim(tensor: IntTensor<Self>, dim: usize, times: usize) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_repeat_dim");
+        let _timer = crate::profile::CpuOpTimer::start("int_repeat_dim");
         <C as IntTensorOps<C>>::int_repeat_dim(tensor, dim, times)
     }
     fn int_cat(tensors: Vec<IntTensor<Self>>, dim: usize) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_cat");
+        let _timer = crate::profile::CpuOpTimer::start("int_cat");
         <C as IntTensorOps<C>>::int_cat(tensors, dim)
     }
     fn int_equal(
@@ -917,6 +1059,7 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_equal");
+        let _timer = crate::profile::CpuOpTimer::start("int_equal");
         <C as IntTensorOps<C>>::int_equal(lhs, rhs, out_dtype)
     }
     fn int_not_equal(
@@ -926,11 +1069,13 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_not_equal");
+        let _timer = crate::profile::CpuOpTimer::start("int_not_equal");
         <C as IntTensorOps<C>>::int_not_equal(lhs, rhs, out_dtype)
     }
     fn int_equal_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_equal_elem");
+        let _timer = crate::profile::CpuOpTimer::start("int_equal_elem");
         <C as IntTensorOps<C>>::int_equal_elem(lhs, rhs, out_dtype)
     }
     fn int_not_equal_elem(
@@ -940,6 +1085,7 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_not_equal_elem");
+        let _timer = crate::profile::CpuOpTimer::start("int_not_equal_elem");
         <C as IntTensorOps<C>>::int_not_equal_elem(lhs, rhs, out_dtype)
     }
     fn int_greater(
@@ -949,6 +1095,7 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_greater");
+        let _timer = crate::profile::CpuOpTimer::start("int_greater");
         <C as IntTensorOps<C>>::int_greater(lhs, rhs, out_dtype)
     }
     fn int_greater_elem(
@@ -958,6 +1105,7 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_greater_elem");
+        let _timer = crate::profile::CpuOpTimer::start("int_greater_elem");
         <C as IntTensorOps<C>>::int_greater_elem(lhs, rhs, out_dtype)
     }
     fn int_greater_equal(
@@ -967,6 +1115,7 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_greater_equal");
+        let _timer = crate::profile::CpuOpTimer::start("int_greater_equal");
         <C as IntTensorOps<C>>::int_greater_equal(lhs, rhs, out_dtype)
     }
     fn int_greater_equal_elem(
@@ -976,6 +1125,7 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_greater_equal_elem");
+        let _timer = crate::profile::CpuOpTimer::start("int_greater_equal_elem");
         <C as IntTensorOps<C>>::int_greater_equal_elem(lhs, rhs, out_dtype)
     }
     fn int_lower(
@@ -985,11 +1135,13 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_lower");
+        let _timer = crate::profile::CpuOpTimer::start("int_lower");
         <C as IntTensorOps<C>>::int_lower(lhs, rhs, out_dtype)
     }
     fn int_lower_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_lower_elem");
+        let _timer = crate::profile::CpuOpTimer::start("int_lower_elem");
         <C as IntTensorOps<C>>::int_lower_elem(lhs, rhs, out_dtype)
     }
     fn int_lower_equal(
@@ -999,6 +1151,7 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_lower_equal");
+        let _timer = crate::profile::CpuOpTimer::start("int_lower_equal");
         <C as IntTensorOps<C>>::int_lower_equal(lhs, rhs, out_dtype)
     }
     fn int_lower_equal_elem(
@@ -1008,106 +1161,127 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_lower_equal_elem");
+        let _timer = crate::profile::CpuOpTimer::start("int_lower_equal_elem");
         <C as IntTensorOps<C>>::int_lower_equal_elem(lhs, rhs, out_dtype)
     }
     fn int_add(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_add");
+        let _timer = crate::profile::CpuOpTimer::start("int_add");
         <C as IntTensorOps<C>>::int_add(lhs, rhs)
     }
     fn int_add_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_add_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("int_add_scalar");
         <C as IntTensorOps<C>>::int_add_scalar(lhs, rhs)
     }
     fn int_powi(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_powi");
+        let _timer = crate::profile::CpuOpTimer::start("int_powi");
         <C as IntTensorOps<C>>::int_powi(lhs, rhs)
     }
     fn int_powi_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_powi_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("int_powi_scalar");
         <C as IntTensorOps<C>>::int_powi_scalar(lhs, rhs)
     }
     fn int_powi_scalar_impl(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_powi_scalar_impl");
+        let _timer = crate::profile::CpuOpTimer::start("int_powi_scalar_impl");
         <C as IntTensorOps<C>>::int_powi_scalar_impl(lhs, rhs)
     }
     fn int_clamp_min(tensor: IntTensor<Self>, min: Scalar) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_clamp_min");
+        let _timer = crate::profile::CpuOpTimer::start("int_clamp_min");
         <C as IntTensorOps<C>>::int_clamp_min(tensor, min)
     }
     fn int_clamp_max(tensor: IntTensor<Self>, max: Scalar) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_clamp_max");
+        let _timer = crate::profile::CpuOpTimer::start("int_clamp_max");
         <C as IntTensorOps<C>>::int_clamp_max(tensor, max)
     }
     fn int_clamp(tensor: IntTensor<Self>, min: Scalar, max: Scalar) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_clamp");
+        let _timer = crate::profile::CpuOpTimer::start("int_clamp");
         <C as IntTensorOps<C>>::int_clamp(tensor, min, max)
     }
     fn int_sub(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_sub");
+        let _timer = crate::profile::CpuOpTimer::start("int_sub");
         <C as IntTensorOps<C>>::int_sub(lhs, rhs)
     }
     fn int_sub_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_sub_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("int_sub_scalar");
         <C as IntTensorOps<C>>::int_sub_scalar(lhs, rhs)
     }
     fn int_mul(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_mul");
+        let _timer = crate::profile::CpuOpTimer::start("int_mul");
         <C as IntTensorOps<C>>::int_mul(lhs, rhs)
     }
     fn int_mul_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_mul_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("int_mul_scalar");
         <C as IntTensorOps<C>>::int_mul_scalar(lhs, rhs)
     }
     fn int_div(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_div");
+        let _timer = crate::profile::CpuOpTimer::start("int_div");
         <C as IntTensorOps<C>>::int_div(lhs, rhs)
     }
     fn int_div_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_div_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("int_div_scalar");
         <C as IntTensorOps<C>>::int_div_scalar(lhs, rhs)
     }
     fn int_remainder(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_remainder");
+        let _timer = crate::profile::CpuOpTimer::start("int_remainder");
         <C as IntTensorOps<C>>::int_remainder(lhs, rhs)
     }
     fn int_remainder_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_remainder_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("int_remainder_scalar");
         <C as IntTensorOps<C>>::int_remainder_scalar(lhs, rhs)
     }
     fn int_matmul(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_matmul");
+        let _timer = crate::profile::CpuOpTimer::start("int_matmul");
         <C as IntTensorOps<C>>::int_matmul(lhs, rhs)
     }
     fn int_neg(tensor: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_neg");
+        let _timer = crate::profile::CpuOpTimer::start("int_neg");
         <C as IntTensorOps<C>>::int_neg(tensor)
     }
     fn int_zeros(shape: Shape, device: &Device<Self>, dtype: IntDType) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_zeros");
+        let _timer = crate::profile::CpuOpTimer::start("int_zeros");
         <C as IntTensorOps<C>>::int_zeros(shape, device, dtype)
     }
     fn int_ones(shape: Shape, device: &Device<Self>, dtype: IntDType) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_ones");
+        let _timer = crate::profile::CpuOpTimer::start("int_ones");
         <C as IntTensorOps<C>>::int_ones(shape, device, dtype)
     }
     fn int_full(
@@ -1118,86 +1292,103 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_full");
+        let _timer = crate::profile::CpuOpTimer::start("int_full");
         <C as IntTensorOps<C>>::int_full(shape, fill_value, device, dtype)
     }
     fn int_sum(tensor: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_sum");
+        let _timer = crate::profile::CpuOpTimer::start("int_sum");
         <C as IntTensorOps<C>>::int_sum(tensor)
     }
     fn int_sum_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_sum_dim");
+        let _timer = crate::profile::CpuOpTimer::start("int_sum_dim");
         <C as IntTensorOps<C>>::int_sum_dim(tensor, dim)
     }
     fn int_prod(tensor: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_prod");
+        let _timer = crate::profile::CpuOpTimer::start("int_prod");
         <C as IntTensorOps<C>>::int_prod(tensor)
     }
     fn int_prod_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_prod_dim");
+        let _timer = crate::profile::CpuOpTimer::start("int_prod_dim");
         <C as IntTensorOps<C>>::int_prod_dim(tensor, dim)
     }
     fn int_mean(tensor: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_mean");
+        let _timer = crate::profile::CpuOpTimer::start("int_mean");
         <C as IntTensorOps<C>>::int_mean(tensor)
     }
     fn int_mean_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_mean_dim");
+        let _timer = crate::profile::CpuOpTimer::start("int_mean_dim");
         <C as IntTensorOps<C>>::int_mean_dim(tensor, dim)
     }
     fn int_cumsum(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_cumsum");
+        let _timer = crate::profile::CpuOpTimer::start("int_cumsum");
         <C as IntTensorOps<C>>::int_cumsum(tensor, dim)
     }
     fn int_cumprod(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_cumprod");
+        let _timer = crate::profile::CpuOpTimer::start("int_cumprod");
         <C as IntTensorOps<C>>::int_cumprod(tensor, dim)
     }
     fn int_cummin(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_cummin");
+        let _timer = crate::profile::CpuOpTimer::start("int_cummin");
         <C as IntTensorOps<C>>::int_cummin(tensor, dim)
     }
     fn int_cummax(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_cummax");
+        let _timer = crate::profile::CpuOpTimer::start("int_cummax");
         <C as IntTensorOps<C>>::int_cummax(tensor, dim)
     }
     fn int_argmax(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_argmax");
+        let _timer = crate::profile::CpuOpTimer::start("int_argmax");
         <C as IntTensorOps<C>>::int_argmax(tensor, dim)
     }
     fn int_argtopk(tensor: IntTensor<Self>, dim: usize, k: usize) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_argtopk");
+        let _timer = crate::profile::CpuOpTimer::start("int_argtopk");
         <C as IntTensorOps<C>>::int_argtopk(tensor, dim, k)
     }
     fn int_topk(tensor: IntTensor<Self>, dim: usize, k: usize) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_topk");
+        let _timer = crate::profile::CpuOpTimer::start("int_topk");
         <C as IntTensorOps<C>>::int_topk(tensor, dim, k)
     }
     fn int_argmin(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_argmin");
+        let _timer = crate::profile::CpuOpTimer::start("int_argmin");
         <C as IntTensorOps<C>>::int_argmin(tensor, dim)
     }
     fn int_max(tensor: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_max");
+        let _timer = crate::profile::CpuOpTimer::start("int_max");
         <C as IntTensorOps<C>>::int_max(tensor)
     }
     fn int_max_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_max_dim");
+        let _timer = crate::profile::CpuOpTimer::start("int_max_dim");
         <C as IntTensorOps<C>>::int_max_dim(tensor, dim)
     }
     fn int_max_dim_with_indices(
@@ -1206,26 +1397,31 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> (IntTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_max_dim_with_indices");
+        let _timer = crate::profile::CpuOpTimer::start("int_max_dim_with_indices");
         <C as IntTensorOps<C>>::int_max_dim_with_indices(tensor, dim)
     }
     fn int_max_abs(tensor: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_max_abs");
+        let _timer = crate::profile::CpuOpTimer::start("int_max_abs");
         <C as IntTensorOps<C>>::int_max_abs(tensor)
     }
     fn int_max_abs_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_max_abs_dim");
+        let _timer = crate::profile::CpuOpTimer::start("int_max_abs_dim");
         <C as IntTensorOps<C>>::int_max_abs_dim(tensor, dim)
     }
     fn int_min(tensor: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_min");
+        let _timer = crate::profile::CpuOpTimer::start("int_min");
         <C as IntTensorOps<C>>::int_min(tensor)
     }
     fn int_min_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_min_dim");
+        let _timer = crate::profile::CpuOpTimer::start("int_min_dim");
         <C as IntTensorOps<C>>::int_min_dim(tensor, dim)
     }
     fn int_min_dim_with_indices(
@@ -1234,31 +1430,37 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> (IntTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_min_dim_with_indices");
+        let _timer = crate::profile::CpuOpTimer::start("int_min_dim_with_indices");
         <C as IntTensorOps<C>>::int_min_dim_with_indices(tensor, dim)
     }
     fn int_abs(tensor: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_abs");
+        let _timer = crate::profile::CpuOpTimer::start("int_abs");
         <C as IntTensorOps<C>>::int_abs(tensor)
     }
     fn int_transpose(tensor: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_transpose");
+        let _timer = crate::profile::CpuOpTimer::start("int_transpose");
         <C as IntTensorOps<C>>::int_transpose(tensor)
     }
     fn int_swap_dims(tensor: IntTensor<Self>, dim1: usize, dim2: usize) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_swap_dims");
+        let _timer = crate::profile::CpuOpTimer::start("int_swap_dims");
         <C as IntTensorOps<C>>::int_swap_dims(tensor, dim1, dim2)
     }
     fn int_permute(tensor: IntTensor<Self>, axes: &[usize]) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_permute");
+        let _timer = crate::profile::CpuOpTimer::start("int_permute");
         <C as IntTensorOps<C>>::int_permute(tensor, axes)
     }
     fn int_flip(tensor: IntTensor<Self>, axes: &[usize]) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_flip");
+        let _timer = crate::profile::CpuOpTimer::start("int_flip");
         <C as IntTensorOps<C>>::int_flip(tensor, axes)
     }
     fn int_random(
@@ -1269,6 +1471,7 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_random");
+        let _timer = crate::profile::CpuOpTimer::start("int_random");
         <C as IntTensorOps<C>>::int_random(shape, distribution, device, dtype)
     }
     fn int_arange_step(
@@ -1279,46 +1482,55 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_arange_step");
+        let _timer = crate::profile::CpuOpTimer::start("int_arange_step");
         <C as IntTensorOps<C>>::int_arange_step(range, step, device, dtype)
     }
     fn int_arange(range: Range<i64>, device: &Device<Self>, dtype: IntDType) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_arange");
+        let _timer = crate::profile::CpuOpTimer::start("int_arange");
         <C as IntTensorOps<C>>::int_arange(range, device, dtype)
     }
     fn int_any(tensor: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_any");
+        let _timer = crate::profile::CpuOpTimer::start("int_any");
         <C as IntTensorOps<C>>::int_any(tensor, out_dtype)
     }
     fn int_any_dim(tensor: IntTensor<Self>, dim: usize, out_dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_any_dim");
+        let _timer = crate::profile::CpuOpTimer::start("int_any_dim");
         <C as IntTensorOps<C>>::int_any_dim(tensor, dim, out_dtype)
     }
     fn int_all(tensor: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_all");
+        let _timer = crate::profile::CpuOpTimer::start("int_all");
         <C as IntTensorOps<C>>::int_all(tensor, out_dtype)
     }
     fn int_all_dim(tensor: IntTensor<Self>, dim: usize, out_dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_all_dim");
+        let _timer = crate::profile::CpuOpTimer::start("int_all_dim");
         <C as IntTensorOps<C>>::int_all_dim(tensor, dim, out_dtype)
     }
     fn int_sign(tensor: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_sign");
+        let _timer = crate::profile::CpuOpTimer::start("int_sign");
         <C as IntTensorOps<C>>::int_sign(tensor)
     }
     fn int_expand(tensor: IntTensor<Self>, shape: Shape) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_expand");
+        let _timer = crate::profile::CpuOpTimer::start("int_expand");
         <C as IntTensorOps<C>>::int_expand(tensor, shape)
     }
     fn int_sort(tensor: IntTensor<Self>, dim: usize, descending: bool) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_sort");
+        let _timer = crate::profile::CpuOpTimer::start("int_sort");
         <C as IntTensorOps<C>>::int_sort(tensor, dim, descending)
     }
     fn int_sort_with_indices(
@@ -1328,71 +1540,85 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> (IntTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_sort_with_indices");
+        let _timer = crate::profile::CpuOpTimer::start("int_sort_with_indices");
         <C as IntTensorOps<C>>::int_sort_with_indices(tensor, dim, descending)
     }
     fn int_argsort(tensor: IntTensor<Self>, dim: usize, descending: bool) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_argsort");
+        let _timer = crate::profile::CpuOpTimer::start("int_argsort");
         <C as IntTensorOps<C>>::int_argsort(tensor, dim, descending)
     }
     fn bitwise_and(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::bitwise_and");
+        let _timer = crate::profile::CpuOpTimer::start("bitwise_and");
         <C as IntTensorOps<C>>::bitwise_and(lhs, rhs)
     }
     fn bitwise_and_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::bitwise_and_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("bitwise_and_scalar");
         <C as IntTensorOps<C>>::bitwise_and_scalar(lhs, rhs)
     }
     fn bitwise_or(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::bitwise_or");
+        let _timer = crate::profile::CpuOpTimer::start("bitwise_or");
         <C as IntTensorOps<C>>::bitwise_or(lhs, rhs)
     }
     fn bitwise_or_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::bitwise_or_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("bitwise_or_scalar");
         <C as IntTensorOps<C>>::bitwise_or_scalar(lhs, rhs)
     }
     fn bitwise_xor(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::bitwise_xor");
+        let _timer = crate::profile::CpuOpTimer::start("bitwise_xor");
         <C as IntTensorOps<C>>::bitwise_xor(lhs, rhs)
     }
     fn bitwise_xor_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::bitwise_xor_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("bitwise_xor_scalar");
         <C as IntTensorOps<C>>::bitwise_xor_scalar(lhs, rhs)
     }
     fn bitwise_not(tensor: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::bitwise_not");
+        let _timer = crate::profile::CpuOpTimer::start("bitwise_not");
         <C as IntTensorOps<C>>::bitwise_not(tensor)
     }
     fn bitwise_left_shift(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::bitwise_left_shift");
+        let _timer = crate::profile::CpuOpTimer::start("bitwise_left_shift");
         <C as IntTensorOps<C>>::bitwise_left_shift(lhs, rhs)
     }
     fn bitwise_left_shift_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::bitwise_left_shift_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("bitwise_left_shift_scalar");
         <C as IntTensorOps<C>>::bitwise_left_shift_scalar(lhs, rhs)
     }
     fn bitwise_right_shift(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::bitwise_right_shift");
+        let _timer = crate::profile::CpuOpTimer::start("bitwise_right_shift");
         <C as IntTensorOps<C>>::bitwise_right_shift(lhs, rhs)
     }
     fn bitwise_right_shift_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::bitwise_right_shift_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("bitwise_right_shift_scalar");
         <C as IntTensorOps<C>>::bitwise_right_shift_scalar(lhs, rhs)
     }
     fn int_cast(tensor: IntTensor<Self>, dtype: IntDType) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_cast");
+        let _timer = crate::profile::CpuOpTimer::start("int_cast");
         <C as IntTensorOps<C>>::int_cast(tensor, dtype)
     }
     fn int_unfold(
@@ -1403,6 +1629,7 @@ impl<C: Backend, A: Accelerator> IntTensorOps<Self> for Hetero<C, A> {
     ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("IntTensorOps::int_unfold");
+        let _timer = crate::profile::CpuOpTimer::start("int_unfold");
         <C as IntTensorOps<C>>::int_unfold(tensor, dim, size, step)
     }
 }
@@ -1411,16 +1638,19 @@ impl<C: Backend, A: Accelerator> BoolTensorOps<Self> for Hetero<C, A> {
     fn bool_empty(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_empty");
+        let _timer = crate::profile::CpuOpTimer::start("bool_empty");
         <C as BoolTensorOps<C>>::bool_empty(shape, device, dtype)
     }
     fn bool_zeros(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_zeros");
+        let _timer = crate::profile::CpuOpTimer::start("bool_zeros");
         <C as BoolTensorOps<C>>::bool_zeros(shape, device, dtype)
     }
     fn bool_ones(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_ones");
+        let _timer = crate::profile::CpuOpTimer::start("bool_ones");
         <C as BoolTensorOps<C>>::bool_ones(shape, device, dtype)
     }
     fn bool_into_data(
@@ -1428,41 +1658,49 @@ impl<C: Backend, A: Accelerator> BoolTensorOps<Self> for Hetero<C, A> {
     ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_into_data");
+        let _timer = crate::profile::CpuOpTimer::start("bool_into_data");
         <C as BoolTensorOps<C>>::bool_into_data(tensor)
     }
     fn bool_from_data(data: TensorData, device: &Device<Self>) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_from_data");
+        let _timer = crate::profile::CpuOpTimer::start("bool_from_data");
         <C as BoolTensorOps<C>>::bool_from_data(data, device)
     }
     fn bool_into_int(tensor: BoolTensor<Self>, out_dtype: IntDType) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_into_int");
+        let _timer = crate::profile::CpuOpTimer::start("bool_into_int");
         <C as BoolTensorOps<C>>::bool_into_int(tensor, out_dtype)
     }
     fn bool_into_float(tensor: BoolTensor<Self>, out_dtype: FloatDType) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_into_float");
+        let _timer = crate::profile::CpuOpTimer::start("bool_into_float");
         <C as BoolTensorOps<C>>::bool_into_float(tensor, out_dtype)
     }
     fn bool_device(tensor: &BoolTensor<Self>) -> Device<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_device");
+        let _timer = crate::profile::CpuOpTimer::start("bool_device");
         <C as BoolTensorOps<C>>::bool_device(tensor)
     }
     fn bool_to_device(tensor: BoolTensor<Self>, device: &Device<Self>) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_to_device");
+        let _timer = crate::profile::CpuOpTimer::start("bool_to_device");
         <C as BoolTensorOps<C>>::bool_to_device(tensor, device)
     }
     fn bool_reshape(tensor: BoolTensor<Self>, shape: Shape) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_reshape");
+        let _timer = crate::profile::CpuOpTimer::start("bool_reshape");
         <C as BoolTensorOps<C>>::bool_reshape(tensor, shape)
     }
     fn bool_slice(tensor: BoolTensor<Self>, slices: &[Slice]) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_slice");
+        let _timer = crate::profile::CpuOpTimer::start("bool_slice");
         <C as BoolTensorOps<C>>::bool_slice(tensor, slices)
     }
     fn bool_slice_assign(
@@ -1472,6 +1710,7 @@ impl<C: Backend, A: Accelerator> BoolTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_slice_assign");
+        let _timer = crate::profile::CpuOpTimer::start("bool_slice_assign");
         <C as BoolTensorOps<C>>::bool_slice_assign(tensor, slices, value)
     }
     fn bool_mask_where(
@@ -1481,6 +1720,7 @@ impl<C: Backend, A: Accelerator> BoolTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_mask_where");
+        let _timer = crate::profile::CpuOpTimer::start("bool_mask_where");
         <C as BoolTensorOps<C>>::bool_mask_where(tensor, mask, value)
     }
     fn bool_mask_fill(
@@ -1490,6 +1730,7 @@ impl<C: Backend, A: Accelerator> BoolTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_mask_fill");
+        let _timer = crate::profile::CpuOpTimer::start("bool_mask_fill");
         <C as BoolTensorOps<C>>::bool_mask_fill(tensor, mask, value)
     }
     fn bool_gather(
@@ -1499,6 +1740,7 @@ impl<C: Backend, A: Accelerator> BoolTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_gather");
+        let _timer = crate::profile::CpuOpTimer::start("bool_gather");
         <C as BoolTensorOps<C>>::bool_gather(dim, tensor, indices)
     }
     fn bool_scatter_or(
@@ -1509,6 +1751,7 @@ impl<C: Backend, A: Accelerator> BoolTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_scatter_or");
+        let _timer = crate::profile::CpuOpTimer::start("bool_scatter_or");
         <C as BoolTensorOps<C>>::bool_scatter_or(dim, tensor, indices, value)
     }
     fn bool_select(
@@ -1518,6 +1761,7 @@ impl<C: Backend, A: Accelerator> BoolTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_select");
+        let _timer = crate::profile::CpuOpTimer::start("bool_select");
         <C as BoolTensorOps<C>>::bool_select(tensor, dim, indices)
     }
     fn bool_select_or(
@@ -1528,96 +1772,115 @@ impl<C: Backend, A: Accelerator> BoolTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_select_or");
+        let _timer = crate::profile::CpuOpTimer::start("bool_select_or");
         <C as BoolTensorOps<C>>::bool_select_or(tensor, dim, indices, value)
     }
     fn bool_repeat_dim(tensor: BoolTensor<Self>, dim: usize, times: usize) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_repeat_dim");
+        let _timer = crate::profile::CpuOpTimer::start("bool_repeat_dim");
         <C as BoolTensorOps<C>>::bool_repeat_dim(tensor, dim, times)
     }
     fn bool_cat(tensors: Vec<BoolTensor<Self>>, dim: usize) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_cat");
+        let _timer = crate::profile::CpuOpTimer::start("bool_cat");
         <C as BoolTensorOps<C>>::bool_cat(tensors, dim)
     }
     fn bool_equal(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_equal");
+        let _timer = crate::profile::CpuOpTimer::start("bool_equal");
         <C as BoolTensorOps<C>>::bool_equal(lhs, rhs)
     }
     fn bool_not_equal(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_not_equal");
+        let _timer = crate::profile::CpuOpTimer::start("bool_not_equal");
         <C as BoolTensorOps<C>>::bool_not_equal(lhs, rhs)
     }
     fn bool_equal_elem(lhs: BoolTensor<Self>, rhs: Scalar) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_equal_elem");
+        let _timer = crate::profile::CpuOpTimer::start("bool_equal_elem");
         <C as BoolTensorOps<C>>::bool_equal_elem(lhs, rhs)
     }
     fn bool_not_equal_elem(lhs: BoolTensor<Self>, rhs: Scalar) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_not_equal_elem");
+        let _timer = crate::profile::CpuOpTimer::start("bool_not_equal_elem");
         <C as BoolTensorOps<C>>::bool_not_equal_elem(lhs, rhs)
     }
     fn bool_not(tensor: BoolTensor<Self>) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_not");
+        let _timer = crate::profile::CpuOpTimer::start("bool_not");
         <C as BoolTensorOps<C>>::bool_not(tensor)
     }
     fn bool_and(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_and");
+        let _timer = crate::profile::CpuOpTimer::start("bool_and");
         <C as BoolTensorOps<C>>::bool_and(lhs, rhs)
     }
     fn bool_or(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_or");
+        let _timer = crate::profile::CpuOpTimer::start("bool_or");
         <C as BoolTensorOps<C>>::bool_or(lhs, rhs)
     }
     fn bool_xor(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_xor");
+        let _timer = crate::profile::CpuOpTimer::start("bool_xor");
         <C as BoolTensorOps<C>>::bool_xor(lhs, rhs)
     }
     fn bool_transpose(tensor: BoolTensor<Self>) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_transpose");
+        let _timer = crate::profile::CpuOpTimer::start("bool_transpose");
         <C as BoolTensorOps<C>>::bool_transpose(tensor)
     }
     fn bool_swap_dims(tensor: BoolTensor<Self>, dim1: usize, dim2: usize) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_swap_dims");
+        let _timer = crate::profile::CpuOpTimer::start("bool_swap_dims");
         <C as BoolTensorOps<C>>::bool_swap_dims(tensor, dim1, dim2)
     }
     fn bool_permute(tensor: BoolTensor<Self>, axes: &[usize]) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_permute");
+        let _timer = crate::profile::CpuOpTimer::start("bool_permute");
         <C as BoolTensorOps<C>>::bool_permute(tensor, axes)
     }
     fn bool_flip(tensor: BoolTensor<Self>, axes: &[usize]) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_flip");
+        let _timer = crate::profile::CpuOpTimer::start("bool_flip");
         <C as BoolTensorOps<C>>::bool_flip(tensor, axes)
     }
     fn bool_any(tensor: BoolTensor<Self>) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_any");
+        let _timer = crate::profile::CpuOpTimer::start("bool_any");
         <C as BoolTensorOps<C>>::bool_any(tensor)
     }
     fn bool_any_dim(tensor: BoolTensor<Self>, dim: usize) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_any_dim");
+        let _timer = crate::profile::CpuOpTimer::start("bool_any_dim");
         <C as BoolTensorOps<C>>::bool_any_dim(tensor, dim)
     }
     fn bool_all(tensor: BoolTensor<Self>) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_all");
+        let _timer = crate::profile::CpuOpTimer::start("bool_all");
         <C as BoolTensorOps<C>>::bool_all(tensor)
     }
     fn bool_all_dim(tensor: BoolTensor<Self>, dim: usize) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_all_dim");
+        let _timer = crate::profile::CpuOpTimer::start("bool_all_dim");
         <C as BoolTensorOps<C>>::bool_all_dim(tensor, dim)
     }
     fn bool_argwhere(
@@ -1626,11 +1889,13 @@ impl<C: Backend, A: Accelerator> BoolTensorOps<Self> for Hetero<C, A> {
     ) -> impl Future<Output = IntTensor<Self>> + 'static + Send {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_argwhere");
+        let _timer = crate::profile::CpuOpTimer::start("bool_argwhere");
         <C as BoolTensorOps<C>>::bool_argwhere(tensor, out_dtype)
     }
     fn bool_expand(tensor: BoolTensor<Self>, shape: Shape) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_expand");
+        let _timer = crate::profile::CpuOpTimer::start("bool_expand");
         <C as BoolTensorOps<C>>::bool_expand(tensor, shape)
     }
     fn bool_unfold(
@@ -1641,6 +1906,7 @@ impl<C: Backend, A: Accelerator> BoolTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("BoolTensorOps::bool_unfold");
+        let _timer = crate::profile::CpuOpTimer::start("bool_unfold");
         <C as BoolTensorOps<C>>::bool_unfold(tensor, dim, size, step)
     }
 }
@@ -1649,6 +1915,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     fn embedding(weights: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::embedding");
+        let _timer = crate::profile::CpuOpTimer::start("embedding");
         <C as ModuleOps<C>>::embedding(weights, indices)
     }
     fn embedding_backward(
@@ -1658,6 +1925,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::embedding_backward");
+        let _timer = crate::profile::CpuOpTimer::start("embedding_backward");
         <C as ModuleOps<C>>::embedding_backward(weights, output_grad, indices)
     }
     fn linear(
@@ -1667,6 +1935,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::linear");
+        let _timer = crate::profile::CpuOpTimer::start("linear");
         <C as ModuleOps<C>>::linear(x, weight, bias)
     }
     fn linear_x_backward(
@@ -1675,6 +1944,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::linear_x_backward");
+        let _timer = crate::profile::CpuOpTimer::start("linear_x_backward");
         <C as ModuleOps<C>>::linear_x_backward(weight, output_grad)
     }
     fn linear_weight_backward(
@@ -1683,11 +1953,13 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::linear_weight_backward");
+        let _timer = crate::profile::CpuOpTimer::start("linear_weight_backward");
         <C as ModuleOps<C>>::linear_weight_backward(x, output_grad)
     }
     fn linear_bias_backward(output_grad: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::linear_bias_backward");
+        let _timer = crate::profile::CpuOpTimer::start("linear_bias_backward");
         <C as ModuleOps<C>>::linear_bias_backward(output_grad)
     }
     fn conv1d(
@@ -1698,6 +1970,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv1d");
+        let _timer = crate::profile::CpuOpTimer::start("conv1d");
         <C as ModuleOps<C>>::conv1d(x, weight, bias, options)
     }
     fn conv1d_x_backward(
@@ -1708,6 +1981,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv1d_x_backward");
+        let _timer = crate::profile::CpuOpTimer::start("conv1d_x_backward");
         <C as ModuleOps<C>>::conv1d_x_backward(x, weight, output_grad, options)
     }
     fn conv1d_weight_backward(
@@ -1718,6 +1992,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv1d_weight_backward");
+        let _timer = crate::profile::CpuOpTimer::start("conv1d_weight_backward");
         <C as ModuleOps<C>>::conv1d_weight_backward(x, weight, output_grad, options)
     }
     fn conv1d_bias_backward(
@@ -1727,6 +2002,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv1d_bias_backward");
+        let _timer = crate::profile::CpuOpTimer::start("conv1d_bias_backward");
         <C as ModuleOps<C>>::conv1d_bias_backward(x, bias, output_grad)
     }
     fn conv2d(
@@ -1766,6 +2042,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv2d_bias_backward");
+        let _timer = crate::profile::CpuOpTimer::start("conv2d_bias_backward");
         <C as ModuleOps<C>>::conv2d_bias_backward(x, bias, output_grad)
     }
     fn deform_conv2d(
@@ -1778,6 +2055,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::deform_conv2d");
+        let _timer = crate::profile::CpuOpTimer::start("deform_conv2d");
         <C as ModuleOps<C>>::deform_conv2d(x, offset, weight, mask, bias, options)
     }
     fn deform_conv2d_backward(
@@ -1791,6 +2069,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> DeformConv2dBackward<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::deform_conv2d_backward");
+        let _timer = crate::profile::CpuOpTimer::start("deform_conv2d_backward");
         rebind(<C as ModuleOps<C>>::deform_conv2d_backward(
             x,
             offset,
@@ -1809,6 +2088,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv3d");
+        let _timer = crate::profile::CpuOpTimer::start("conv3d");
         <C as ModuleOps<C>>::conv3d(x, weight, bias, options)
     }
     fn conv3d_x_backward(
@@ -1819,6 +2099,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv3d_x_backward");
+        let _timer = crate::profile::CpuOpTimer::start("conv3d_x_backward");
         <C as ModuleOps<C>>::conv3d_x_backward(x, weight, output_grad, options)
     }
     fn conv3d_weight_backward(
@@ -1829,6 +2110,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv3d_weight_backward");
+        let _timer = crate::profile::CpuOpTimer::start("conv3d_weight_backward");
         <C as ModuleOps<C>>::conv3d_weight_backward(x, weight, output_grad, options)
     }
     fn conv3d_bias_backward(
@@ -1838,6 +2120,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv3d_bias_backward");
+        let _timer = crate::profile::CpuOpTimer::start("conv3d_bias_backward");
         <C as ModuleOps<C>>::conv3d_bias_backward(x, bias, output_grad)
     }
     fn conv_transpose1d(
@@ -1848,6 +2131,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose1d");
+        let _timer = crate::profile::CpuOpTimer::start("conv_transpose1d");
         <C as ModuleOps<C>>::conv_transpose1d(x, weight, bias, options)
     }
     fn conv_transpose1d_x_backward(
@@ -1857,6 +2141,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose1d_x_backward");
+        let _timer = crate::profile::CpuOpTimer::start("conv_transpose1d_x_backward");
         <C as ModuleOps<C>>::conv_transpose1d_x_backward(weight, output_grad, options)
     }
     fn conv_transpose1d_weight_backward(
@@ -1867,6 +2152,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose1d_weight_backward");
+        let _timer = crate::profile::CpuOpTimer::start("conv_transpose1d_weight_backward");
         <C as ModuleOps<C>>::conv_transpose1d_weight_backward(x, weight, output_grad, options)
     }
     fn conv_transpose1d_bias_backward(
@@ -1876,6 +2162,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose1d_bias_backward");
+        let _timer = crate::profile::CpuOpTimer::start("conv_transpose1d_bias_backward");
         <C as ModuleOps<C>>::conv_transpose1d_bias_backward(x, bias, output_grad)
     }
     fn conv_transpose2d(
@@ -1886,6 +2173,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose2d");
+        let _timer = crate::profile::CpuOpTimer::start("conv_transpose2d");
         <C as ModuleOps<C>>::conv_transpose2d(x, weight, bias, options)
     }
     fn conv_transpose2d_x_backward(
@@ -1895,6 +2183,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose2d_x_backward");
+        let _timer = crate::profile::CpuOpTimer::start("conv_transpose2d_x_backward");
         <C as ModuleOps<C>>::conv_transpose2d_x_backward(weight, output_grad, options)
     }
     fn conv_transpose2d_weight_backward(
@@ -1905,6 +2194,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose2d_weight_backward");
+        let _timer = crate::profile::CpuOpTimer::start("conv_transpose2d_weight_backward");
         <C as ModuleOps<C>>::conv_transpose2d_weight_backward(x, weight, output_grad, options)
     }
     fn conv_transpose2d_bias_backward(
@@ -1914,6 +2204,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose2d_bias_backward");
+        let _timer = crate::profile::CpuOpTimer::start("conv_transpose2d_bias_backward");
         <C as ModuleOps<C>>::conv_transpose2d_bias_backward(x, bias, output_grad)
     }
     fn conv_transpose3d(
@@ -1924,6 +2215,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose3d");
+        let _timer = crate::profile::CpuOpTimer::start("conv_transpose3d");
         <C as ModuleOps<C>>::conv_transpose3d(x, weight, bias, options)
     }
     fn conv_transpose3d_x_backward(
@@ -1933,6 +2225,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose3d_x_backward");
+        let _timer = crate::profile::CpuOpTimer::start("conv_transpose3d_x_backward");
         <C as ModuleOps<C>>::conv_transpose3d_x_backward(weight, output_grad, options)
     }
     fn conv_transpose3d_weight_backward(
@@ -1943,6 +2236,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose3d_weight_backward");
+        let _timer = crate::profile::CpuOpTimer::start("conv_transpose3d_weight_backward");
         <C as ModuleOps<C>>::conv_transpose3d_weight_backward(x, weight, output_grad, options)
     }
     fn conv_transpose3d_bias_backward(
@@ -1952,6 +2246,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose3d_bias_backward");
+        let _timer = crate::profile::CpuOpTimer::start("conv_transpose3d_bias_backward");
         <C as ModuleOps<C>>::conv_transpose3d_bias_backward(x, bias, output_grad)
     }
     fn unfold4d(
@@ -1961,6 +2256,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::unfold4d");
+        let _timer = crate::profile::CpuOpTimer::start("unfold4d");
         <C as ModuleOps<C>>::unfold4d(x, kernel_size, options)
     }
     fn avg_pool1d(
@@ -1973,6 +2269,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::avg_pool1d");
+        let _timer = crate::profile::CpuOpTimer::start("avg_pool1d");
         <C as ModuleOps<C>>::avg_pool1d(
             x,
             kernel_size,
@@ -1993,6 +2290,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::avg_pool1d_backward");
+        let _timer = crate::profile::CpuOpTimer::start("avg_pool1d_backward");
         <C as ModuleOps<C>>::avg_pool1d_backward(
             x,
             grad,
@@ -2013,6 +2311,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::avg_pool2d");
+        let _timer = crate::profile::CpuOpTimer::start("avg_pool2d");
         <C as ModuleOps<C>>::avg_pool2d(
             x,
             kernel_size,
@@ -2033,6 +2332,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::avg_pool2d_backward");
+        let _timer = crate::profile::CpuOpTimer::start("avg_pool2d_backward");
         <C as ModuleOps<C>>::avg_pool2d_backward(
             x,
             grad,
@@ -2046,6 +2346,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     fn adaptive_avg_pool2d(x: FloatTensor<Self>, output_size: [usize; 2]) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::adaptive_avg_pool2d");
+        let _timer = crate::profile::CpuOpTimer::start("adaptive_avg_pool2d");
         <C as ModuleOps<C>>::adaptive_avg_pool2d(x, output_size)
     }
     fn adaptive_avg_pool2d_backward(
@@ -2054,11 +2355,13 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::adaptive_avg_pool2d_backward");
+        let _timer = crate::profile::CpuOpTimer::start("adaptive_avg_pool2d_backward");
         <C as ModuleOps<C>>::adaptive_avg_pool2d_backward(x, grad)
     }
     fn adaptive_avg_pool1d(x: FloatTensor<Self>, output_size: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::adaptive_avg_pool1d");
+        let _timer = crate::profile::CpuOpTimer::start("adaptive_avg_pool1d");
         <C as ModuleOps<C>>::adaptive_avg_pool1d(x, output_size)
     }
     fn adaptive_avg_pool1d_backward(
@@ -2067,6 +2370,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::adaptive_avg_pool1d_backward");
+        let _timer = crate::profile::CpuOpTimer::start("adaptive_avg_pool1d_backward");
         <C as ModuleOps<C>>::adaptive_avg_pool1d_backward(x, grad)
     }
     fn max_pool1d(
@@ -2079,6 +2383,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::max_pool1d");
+        let _timer = crate::profile::CpuOpTimer::start("max_pool1d");
         <C as ModuleOps<C>>::max_pool1d(x, kernel_size, stride, padding, dilation, ceil_mode)
     }
     fn max_pool1d_with_indices(
@@ -2091,6 +2396,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> MaxPool1dWithIndices<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::max_pool1d_with_indices");
+        let _timer = crate::profile::CpuOpTimer::start("max_pool1d_with_indices");
         rebind(<C as ModuleOps<C>>::max_pool1d_with_indices(
             x,
             kernel_size,
@@ -2112,6 +2418,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> MaxPool1dBackward<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::max_pool1d_with_indices_backward");
+        let _timer = crate::profile::CpuOpTimer::start("max_pool1d_with_indices_backward");
         rebind(<C as ModuleOps<C>>::max_pool1d_with_indices_backward(
             x,
             kernel_size,
@@ -2133,6 +2440,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::max_pool2d");
+        let _timer = crate::profile::CpuOpTimer::start("max_pool2d");
         <C as ModuleOps<C>>::max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)
     }
     fn max_pool2d_with_indices(
@@ -2145,6 +2453,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> MaxPool2dWithIndices<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::max_pool2d_with_indices");
+        let _timer = crate::profile::CpuOpTimer::start("max_pool2d_with_indices");
         rebind(<C as ModuleOps<C>>::max_pool2d_with_indices(
             x,
             kernel_size,
@@ -2166,6 +2475,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> MaxPool2dBackward<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::max_pool2d_with_indices_backward");
+        let _timer = crate::profile::CpuOpTimer::start("max_pool2d_with_indices_backward");
         rebind(<C as ModuleOps<C>>::max_pool2d_with_indices_backward(
             x,
             kernel_size,
@@ -2184,6 +2494,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::interpolate");
+        let _timer = crate::profile::CpuOpTimer::start("interpolate");
         <C as ModuleOps<C>>::interpolate(x, output_size, options)
     }
     fn interpolate_backward(
@@ -2194,6 +2505,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::interpolate_backward");
+        let _timer = crate::profile::CpuOpTimer::start("interpolate_backward");
         <C as ModuleOps<C>>::interpolate_backward(x, grad, output_size, options)
     }
     fn attention(
@@ -2206,6 +2518,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::attention");
+        let _timer = crate::profile::CpuOpTimer::start("attention");
         <C as ModuleOps<C>>::attention(query, key, value, mask, attn_bias, options)
     }
     fn layer_norm(
@@ -2216,6 +2529,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::layer_norm");
+        let _timer = crate::profile::CpuOpTimer::start("layer_norm");
         <C as ModuleOps<C>>::layer_norm(tensor, gamma, beta, epsilon)
     }
     fn ctc_loss(
@@ -2227,11 +2541,13 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::ctc_loss");
+        let _timer = crate::profile::CpuOpTimer::start("ctc_loss");
         <C as ModuleOps<C>>::ctc_loss(log_probs, targets, input_lengths, target_lengths, blank)
     }
     fn has_ctc_loss_backward() -> bool {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::has_ctc_loss_backward");
+        let _timer = crate::profile::CpuOpTimer::start("has_ctc_loss_backward");
         <C as ModuleOps<C>>::has_ctc_loss_backward()
     }
     fn ctc_loss_backward(
@@ -2244,6 +2560,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::ctc_loss_backward");
+        let _timer = crate::profile::CpuOpTimer::start("ctc_loss_backward");
         <C as ModuleOps<C>>::ctc_loss_backward(
             _log_probs,
             _targets,
@@ -2260,6 +2577,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::rfft");
+        let _timer = crate::profile::CpuOpTimer::start("rfft");
         <C as ModuleOps<C>>::rfft(signal, dim, n)
     }
     fn irfft(
@@ -2270,6 +2588,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::irfft");
+        let _timer = crate::profile::CpuOpTimer::start("irfft");
         <C as ModuleOps<C>>::irfft(spectrum_re, spectrum_im, dim, n)
     }
 }
@@ -2278,71 +2597,85 @@ impl<C: Backend, A: Accelerator> ActivationOps<Self> for Hetero<C, A> {
     fn leaky_relu(tensor: FloatTensor<Self>, negative_slope: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::leaky_relu");
+        let _timer = crate::profile::CpuOpTimer::start("leaky_relu");
         <C as ActivationOps<C>>::leaky_relu(tensor, negative_slope)
     }
     fn relu(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::relu");
+        let _timer = crate::profile::CpuOpTimer::start("relu");
         <C as ActivationOps<C>>::relu(tensor)
     }
     fn relu_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::relu_backward");
+        let _timer = crate::profile::CpuOpTimer::start("relu_backward");
         <C as ActivationOps<C>>::relu_backward(output, grad)
     }
     fn gelu(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::gelu");
+        let _timer = crate::profile::CpuOpTimer::start("gelu");
         <C as ActivationOps<C>>::gelu(tensor)
     }
     fn prelu(tensor: FloatTensor<Self>, alpha: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::prelu");
+        let _timer = crate::profile::CpuOpTimer::start("prelu");
         <C as ActivationOps<C>>::prelu(tensor, alpha)
     }
     fn gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::gelu_backward");
+        let _timer = crate::profile::CpuOpTimer::start("gelu_backward");
         <C as ActivationOps<C>>::gelu_backward(x, grad)
     }
     fn sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::sigmoid");
+        let _timer = crate::profile::CpuOpTimer::start("sigmoid");
         <C as ActivationOps<C>>::sigmoid(tensor)
     }
     fn sigmoid_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::sigmoid_backward");
+        let _timer = crate::profile::CpuOpTimer::start("sigmoid_backward");
         <C as ActivationOps<C>>::sigmoid_backward(output, grad)
     }
     fn hard_sigmoid(tensor: FloatTensor<Self>, alpha: Scalar, beta: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::hard_sigmoid");
+        let _timer = crate::profile::CpuOpTimer::start("hard_sigmoid");
         <C as ActivationOps<C>>::hard_sigmoid(tensor, alpha, beta)
     }
     fn log_sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::log_sigmoid");
+        let _timer = crate::profile::CpuOpTimer::start("log_sigmoid");
         <C as ActivationOps<C>>::log_sigmoid(tensor)
     }
     fn softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::softmax");
+        let _timer = crate::profile::CpuOpTimer::start("softmax");
         <C as ActivationOps<C>>::softmax(tensor, dim)
     }
     fn log_softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::log_softmax");
+        let _timer = crate::profile::CpuOpTimer::start("log_softmax");
         <C as ActivationOps<C>>::log_softmax(tensor, dim)
     }
     fn softmin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::softmin");
+        let _timer = crate::profile::CpuOpTimer::start("softmin");
         <C as ActivationOps<C>>::softmin(tensor, dim)
     }
     fn log_sigmoid_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::log_sigmoid_backward");
+        let _timer = crate::profile::CpuOpTimer::start("log_sigmoid_backward");
         <C as ActivationOps<C>>::log_sigmoid_backward(x, grad)
     }
 }
@@ -2351,6 +2684,7 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
     fn q_from_data(data: TensorData, device: &Device<Self>) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_from_data");
+        let _timer = crate::profile::CpuOpTimer::start("q_from_data");
         <C as QTensorOps<C>>::q_from_data(data, device)
     }
     fn quantize(
@@ -2360,31 +2694,37 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
     ) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::quantize");
+        let _timer = crate::profile::CpuOpTimer::start("quantize");
         <C as QTensorOps<C>>::quantize(tensor, scheme, rebind(qparams))
     }
     fn quantize_dynamic(tensor: FloatTensor<Self>, scheme: &QuantScheme) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::quantize_dynamic");
+        let _timer = crate::profile::CpuOpTimer::start("quantize_dynamic");
         <C as QTensorOps<C>>::quantize_dynamic(tensor, scheme)
     }
     fn dequantize(tensor: QuantizedTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::dequantize");
+        let _timer = crate::profile::CpuOpTimer::start("dequantize");
         <C as QTensorOps<C>>::dequantize(tensor, dtype)
     }
     fn q_device(tensor: &QuantizedTensor<Self>) -> Device<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_device");
+        let _timer = crate::profile::CpuOpTimer::start("q_device");
         <C as QTensorOps<C>>::q_device(tensor)
     }
     fn q_to_device(tensor: QuantizedTensor<Self>, device: &Device<Self>) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_to_device");
+        let _timer = crate::profile::CpuOpTimer::start("q_to_device");
         <C as QTensorOps<C>>::q_to_device(tensor, device)
     }
     fn q_reshape(tensor: QuantizedTensor<Self>, shape: Shape) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_reshape");
+        let _timer = crate::profile::CpuOpTimer::start("q_reshape");
         <C as QTensorOps<C>>::q_reshape(tensor, shape)
     }
     fn q_into_data(
@@ -2392,11 +2732,13 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
     ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_into_data");
+        let _timer = crate::profile::CpuOpTimer::start("q_into_data");
         <C as QTensorOps<C>>::q_into_data(tensor)
     }
     fn q_detach(tensor: QuantizedTensor<Self>) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_detach");
+        let _timer = crate::profile::CpuOpTimer::start("q_detach");
         <C as QTensorOps<C>>::q_detach(tensor)
     }
     fn q_set_require_grad(
@@ -2405,21 +2747,25 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
     ) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_set_require_grad");
+        let _timer = crate::profile::CpuOpTimer::start("q_set_require_grad");
         <C as QTensorOps<C>>::q_set_require_grad(tensor, _require_grad)
     }
     fn q_is_require_grad(_tensor: &QuantizedTensor<Self>) -> bool {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_is_require_grad");
+        let _timer = crate::profile::CpuOpTimer::start("q_is_require_grad");
         <C as QTensorOps<C>>::q_is_require_grad(_tensor)
     }
     fn q_expand(tensor: QuantizedTensor<Self>, shape: Shape) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_expand");
+        let _timer = crate::profile::CpuOpTimer::start("q_expand");
         <C as QTensorOps<C>>::q_expand(tensor, shape)
     }
     fn q_transpose(tensor: QuantizedTensor<Self>) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_transpose");
+        let _timer = crate::profile::CpuOpTimer::start("q_transpose");
         <C as QTensorOps<C>>::q_transpose(tensor)
     }
     fn q_swap_dims(
@@ -2429,16 +2775,19 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
     ) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_swap_dims");
+        let _timer = crate::profile::CpuOpTimer::start("q_swap_dims");
         <C as QTensorOps<C>>::q_swap_dims(tensor, dim1, dim2)
     }
     fn q_permute(tensor: QuantizedTensor<Self>, axes: &[usize]) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_permute");
+        let _timer = crate::profile::CpuOpTimer::start("q_permute");
         <C as QTensorOps<C>>::q_permute(tensor, axes)
     }
     fn q_flip(tensor: QuantizedTensor<Self>, axes: &[usize]) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_flip");
+        let _timer = crate::profile::CpuOpTimer::start("q_flip");
         <C as QTensorOps<C>>::q_flip(tensor, axes)
     }
     fn q_select(
@@ -2448,11 +2797,13 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
     ) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_select");
+        let _timer = crate::profile::CpuOpTimer::start("q_select");
         <C as QTensorOps<C>>::q_select(tensor, dim, indices)
     }
     fn q_slice(tensor: QuantizedTensor<Self>, slices: &[Slice]) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_slice");
+        let _timer = crate::profile::CpuOpTimer::start("q_slice");
         <C as QTensorOps<C>>::q_slice(tensor, slices)
     }
     fn q_gather(
@@ -2462,6 +2813,7 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
     ) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_gather");
+        let _timer = crate::profile::CpuOpTimer::start("q_gather");
         <C as QTensorOps<C>>::q_gather(dim, tensor, indices)
     }
     fn q_repeat_dim(
@@ -2471,216 +2823,259 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
     ) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_repeat_dim");
+        let _timer = crate::profile::CpuOpTimer::start("q_repeat_dim");
         <C as QTensorOps<C>>::q_repeat_dim(tensor, dim, times)
     }
     fn q_add(lhs: QuantizedTensor<Self>, rhs: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_add");
+        let _timer = crate::profile::CpuOpTimer::start("q_add");
         rebind(<C as QTensorOps<C>>::q_add(lhs, rhs))
     }
     fn q_add_scalar(lhs: QuantizedTensor<Self>, rhs: Scalar) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_add_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("q_add_scalar");
         rebind(<C as QTensorOps<C>>::q_add_scalar(lhs, rhs))
     }
     fn q_clamp_min(tensor: QuantizedTensor<Self>, min: Scalar) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_clamp_min");
+        let _timer = crate::profile::CpuOpTimer::start("q_clamp_min");
         rebind(<C as QTensorOps<C>>::q_clamp_min(tensor, min))
     }
     fn q_clamp_max(tensor: QuantizedTensor<Self>, max: Scalar) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_clamp_max");
+        let _timer = crate::profile::CpuOpTimer::start("q_clamp_max");
         rebind(<C as QTensorOps<C>>::q_clamp_max(tensor, max))
     }
     fn q_clamp(tensor: QuantizedTensor<Self>, min: Scalar, max: Scalar) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_clamp");
+        let _timer = crate::profile::CpuOpTimer::start("q_clamp");
         rebind(<C as QTensorOps<C>>::q_clamp(tensor, min, max))
     }
     fn q_sub(lhs: QuantizedTensor<Self>, rhs: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_sub");
+        let _timer = crate::profile::CpuOpTimer::start("q_sub");
         rebind(<C as QTensorOps<C>>::q_sub(lhs, rhs))
     }
     fn q_sub_scalar(lhs: QuantizedTensor<Self>, rhs: Scalar) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_sub_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("q_sub_scalar");
         rebind(<C as QTensorOps<C>>::q_sub_scalar(lhs, rhs))
     }
     fn q_mul(lhs: QuantizedTensor<Self>, rhs: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_mul");
+        let _timer = crate::profile::CpuOpTimer::start("q_mul");
         rebind(<C as QTensorOps<C>>::q_mul(lhs, rhs))
     }
     fn q_mul_scalar(lhs: QuantizedTensor<Self>, rhs: Scalar) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_mul_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("q_mul_scalar");
         rebind(<C as QTensorOps<C>>::q_mul_scalar(lhs, rhs))
     }
     fn q_div(lhs: QuantizedTensor<Self>, rhs: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_div");
+        let _timer = crate::profile::CpuOpTimer::start("q_div");
         rebind(<C as QTensorOps<C>>::q_div(lhs, rhs))
     }
     fn q_div_scalar(lhs: QuantizedTensor<Self>, rhs: Scalar) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_div_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("q_div_scalar");
         rebind(<C as QTensorOps<C>>::q_div_scalar(lhs, rhs))
     }
     fn q_matmul(lhs: TensorPrimitive<Self>, rhs: TensorPrimitive<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_matmul");
+        let _timer = crate::profile::CpuOpTimer::start("q_matmul");
         rebind(<C as QTensorOps<C>>::q_matmul(rebind(lhs), rebind(rhs)))
     }
     fn q_neg(tensor: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_neg");
+        let _timer = crate::profile::CpuOpTimer::start("q_neg");
         rebind(<C as QTensorOps<C>>::q_neg(tensor))
     }
     fn q_recip(tensor: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_recip");
+        let _timer = crate::profile::CpuOpTimer::start("q_recip");
         rebind(<C as QTensorOps<C>>::q_recip(tensor))
     }
     fn q_sum(tensor: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_sum");
+        let _timer = crate::profile::CpuOpTimer::start("q_sum");
         rebind(<C as QTensorOps<C>>::q_sum(tensor))
     }
     fn q_sum_dim(tensor: QuantizedTensor<Self>, dim: usize) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_sum_dim");
+        let _timer = crate::profile::CpuOpTimer::start("q_sum_dim");
         rebind(<C as QTensorOps<C>>::q_sum_dim(tensor, dim))
     }
     fn q_prod(tensor: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_prod");
+        let _timer = crate::profile::CpuOpTimer::start("q_prod");
         rebind(<C as QTensorOps<C>>::q_prod(tensor))
     }
     fn q_prod_dim(tensor: QuantizedTensor<Self>, dim: usize) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_prod_dim");
+        let _timer = crate::profile::CpuOpTimer::start("q_prod_dim");
         rebind(<C as QTensorOps<C>>::q_prod_dim(tensor, dim))
     }
     fn q_mean(tensor: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_mean");
+        let _timer = crate::profile::CpuOpTimer::start("q_mean");
         rebind(<C as QTensorOps<C>>::q_mean(tensor))
     }
     fn q_mean_dim(tensor: QuantizedTensor<Self>, dim: usize) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_mean_dim");
+        let _timer = crate::profile::CpuOpTimer::start("q_mean_dim");
         rebind(<C as QTensorOps<C>>::q_mean_dim(tensor, dim))
     }
     fn q_cumsum(tensor: QuantizedTensor<Self>, dim: usize) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_cumsum");
+        let _timer = crate::profile::CpuOpTimer::start("q_cumsum");
         rebind(<C as QTensorOps<C>>::q_cumsum(tensor, dim))
     }
     fn q_cumprod(tensor: QuantizedTensor<Self>, dim: usize) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_cumprod");
+        let _timer = crate::profile::CpuOpTimer::start("q_cumprod");
         rebind(<C as QTensorOps<C>>::q_cumprod(tensor, dim))
     }
     fn q_cummin(tensor: QuantizedTensor<Self>, dim: usize) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_cummin");
+        let _timer = crate::profile::CpuOpTimer::start("q_cummin");
         rebind(<C as QTensorOps<C>>::q_cummin(tensor, dim))
     }
     fn q_cummax(tensor: QuantizedTensor<Self>, dim: usize) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_cummax");
+        let _timer = crate::profile::CpuOpTimer::start("q_cummax");
         rebind(<C as QTensorOps<C>>::q_cummax(tensor, dim))
     }
     fn q_exp(tensor: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_exp");
+        let _timer = crate::profile::CpuOpTimer::start("q_exp");
         rebind(<C as QTensorOps<C>>::q_exp(tensor))
     }
     fn q_log(tensor: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_log");
+        let _timer = crate::profile::CpuOpTimer::start("q_log");
         rebind(<C as QTensorOps<C>>::q_log(tensor))
     }
     fn q_log1p(tensor: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_log1p");
+        let _timer = crate::profile::CpuOpTimer::start("q_log1p");
         rebind(<C as QTensorOps<C>>::q_log1p(tensor))
     }
     fn q_powf(lhs: QuantizedTensor<Self>, rhs: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_powf");
+        let _timer = crate::profile::CpuOpTimer::start("q_powf");
         rebind(<C as QTensorOps<C>>::q_powf(lhs, rhs))
     }
     fn q_powi(lhs: QuantizedTensor<Self>, rhs: IntTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_powi");
+        let _timer = crate::profile::CpuOpTimer::start("q_powi");
         rebind(<C as QTensorOps<C>>::q_powi(lhs, rhs))
     }
     fn q_powi_scalar(lhs: QuantizedTensor<Self>, rhs: Scalar) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_powi_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("q_powi_scalar");
         rebind(<C as QTensorOps<C>>::q_powi_scalar(lhs, rhs))
     }
     fn q_powf_scalar(tensor: QuantizedTensor<Self>, value: Scalar) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_powf_scalar");
+        let _timer = crate::profile::CpuOpTimer::start("q_powf_scalar");
         rebind(<C as QTensorOps<C>>::q_powf_scalar(tensor, value))
     }
     fn q_sqrt(tensor: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_sqrt");
+        let _timer = crate::profile::CpuOpTimer::start("q_sqrt");
         rebind(<C as QTensorOps<C>>::q_sqrt(tensor))
     }
     fn q_abs(tensor: QuantizedTensor<Self>) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_abs");
+        let _timer = crate::profile::CpuOpTimer::start("q_abs");
         <C as QTensorOps<C>>::q_abs(tensor)
     }
     fn q_cos(tensor: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_cos");
+        let _timer = crate::profile::CpuOpTimer::start("q_cos");
         rebind(<C as QTensorOps<C>>::q_cos(tensor))
     }
     fn q_sin(tensor: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_sin");
+        let _timer = crate::profile::CpuOpTimer::start("q_sin");
         rebind(<C as QTensorOps<C>>::q_sin(tensor))
     }
     fn q_tan(tensor: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_tan");
+        let _timer = crate::profile::CpuOpTimer::start("q_tan");
         rebind(<C as QTensorOps<C>>::q_tan(tensor))
     }
     fn q_cosh(tensor: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_cosh");
+        let _timer = crate::profile::CpuOpTimer::start("q_cosh");
         rebind(<C as QTensorOps<C>>::q_cosh(tensor))
     }
     fn q_sinh(tensor: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_sinh");
+        let _timer = crate::profile::CpuOpTimer::start("q_sinh");
         rebind(<C as QTensorOps<C>>::q_sinh(tensor))
     }
     fn q_tanh(tensor: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_tanh");
+        let _timer = crate::profile::CpuOpTimer::start("q_tanh");
         rebind(<C as QTensorOps<C>>::q_tanh(tensor))
     }
     fn q_erf(tensor: QuantizedTensor<Self>) -> TensorPrimitive<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_erf");
+        let _timer = crate::profile::CpuOpTimer::start("q_erf");
         rebind(<C as QTensorOps<C>>::q_erf(tensor))
     }
     fn q_cat(tensors: Vec<QuantizedTensor<Self>>, dim: usize) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_cat");
+        let _timer = crate::profile::CpuOpTimer::start("q_cat");
         <C as QTensorOps<C>>::q_cat(tensors, dim)
     }
     fn q_argmax(tensor: QuantizedTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_argmax");
+        let _timer = crate::profile::CpuOpTimer::start("q_argmax");
         <C as QTensorOps<C>>::q_argmax(tensor, dim, out_dtype)
     }
     fn q_argtopk(
@@ -2691,26 +3086,31 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
     ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_argtopk");
+        let _timer = crate::profile::CpuOpTimer::start("q_argtopk");
         <C as QTensorOps<C>>::q_argtopk(tensor, dim, k, out_dtype)
     }
     fn q_topk(tensor: QuantizedTensor<Self>, dim: usize, k: usize) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_topk");
+        let _timer = crate::profile::CpuOpTimer::start("q_topk");
         <C as QTensorOps<C>>::q_topk(tensor, dim, k)
     }
     fn q_argmin(tensor: QuantizedTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_argmin");
+        let _timer = crate::profile::CpuOpTimer::start("q_argmin");
         <C as QTensorOps<C>>::q_argmin(tensor, dim, out_dtype)
     }
     fn q_max(tensor: QuantizedTensor<Self>) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_max");
+        let _timer = crate::profile::CpuOpTimer::start("q_max");
         <C as QTensorOps<C>>::q_max(tensor)
     }
     fn q_max_dim(tensor: QuantizedTensor<Self>, dim: usize) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_max_dim");
+        let _timer = crate::profile::CpuOpTimer::start("q_max_dim");
         <C as QTensorOps<C>>::q_max_dim(tensor, dim)
     }
     fn q_max_dim_with_indices(
@@ -2720,16 +3120,19 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
     ) -> (QuantizedTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_max_dim_with_indices");
+        let _timer = crate::profile::CpuOpTimer::start("q_max_dim_with_indices");
         <C as QTensorOps<C>>::q_max_dim_with_indices(tensor, dim, out_dtype)
     }
     fn q_min(tensor: QuantizedTensor<Self>) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_min");
+        let _timer = crate::profile::CpuOpTimer::start("q_min");
         <C as QTensorOps<C>>::q_min(tensor)
     }
     fn q_min_dim(tensor: QuantizedTensor<Self>, dim: usize) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_min_dim");
+        let _timer = crate::profile::CpuOpTimer::start("q_min_dim");
         <C as QTensorOps<C>>::q_min_dim(tensor, dim)
     }
     fn q_min_dim_with_indices(
@@ -2739,21 +3142,25 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
     ) -> (QuantizedTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_min_dim_with_indices");
+        let _timer = crate::profile::CpuOpTimer::start("q_min_dim_with_indices");
         <C as QTensorOps<C>>::q_min_dim_with_indices(tensor, dim, out_dtype)
     }
     fn q_max_abs(tensor: QuantizedTensor<Self>) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_max_abs");
+        let _timer = crate::profile::CpuOpTimer::start("q_max_abs");
         <C as QTensorOps<C>>::q_max_abs(tensor)
     }
     fn q_max_abs_dim(tensor: QuantizedTensor<Self>, dim: usize) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_max_abs_dim");
+        let _timer = crate::profile::CpuOpTimer::start("q_max_abs_dim");
         <C as QTensorOps<C>>::q_max_abs_dim(tensor, dim)
     }
     fn q_any(tensor: QuantizedTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_any");
+        let _timer = crate::profile::CpuOpTimer::start("q_any");
         <C as QTensorOps<C>>::q_any(tensor, out_dtype)
     }
     fn q_any_dim(
@@ -2763,11 +3170,13 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_any_dim");
+        let _timer = crate::profile::CpuOpTimer::start("q_any_dim");
         <C as QTensorOps<C>>::q_any_dim(tensor, dim, out_dtype)
     }
     fn q_all(tensor: QuantizedTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_all");
+        let _timer = crate::profile::CpuOpTimer::start("q_all");
         <C as QTensorOps<C>>::q_all(tensor, out_dtype)
     }
     fn q_all_dim(
@@ -2777,6 +3186,7 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_all_dim");
+        let _timer = crate::profile::CpuOpTimer::start("q_all_dim");
         <C as QTensorOps<C>>::q_all_dim(tensor, dim, out_dtype)
     }
     fn q_sort(
@@ -2786,6 +3196,7 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
     ) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_sort");
+        let _timer = crate::profile::CpuOpTimer::start("q_sort");
         <C as QTensorOps<C>>::q_sort(tensor, dim, descending)
     }
     fn q_sort_with_indices(
@@ -2796,6 +3207,7 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
     ) -> (QuantizedTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_sort_with_indices");
+        let _timer = crate::profile::CpuOpTimer::start("q_sort_with_indices");
         <C as QTensorOps<C>>::q_sort_with_indices(tensor, dim, descending, out_dtype)
     }
     fn q_argsort(
@@ -2806,6 +3218,7 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
     ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::q_argsort");
+        let _timer = crate::profile::CpuOpTimer::start("q_argsort");
         <C as QTensorOps<C>>::q_argsort(tensor, dim, descending, out_dtype)
     }
 }

@@ -4,6 +4,7 @@
 use crate::Accelerator;
 use crate::offload::{self, PlacedOp};
 use crate::placement::OpKind;
+use crate::profile::{self, ConvSignature};
 use burn_backend::ops::ConvOptions;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, Shape, TensorMetadata};
@@ -13,6 +14,19 @@ fn conv2d_flops(weight: &Shape, out: &[usize]) -> u64 {
     // weight: [c_out, c_in / groups, kh, kw]; out: [n, c_out, h_out, w_out]
     let per_output = weight[1] * weight[2] * weight[3];
     2 * (out.iter().product::<usize>() * per_output) as u64
+}
+
+/// The conv's shape for the profile, computed only while profiling.
+fn signature(x: &Shape, weight: &Shape, options: &ConvOptions<2>) -> Option<ConvSignature> {
+    let four = |s: &Shape| [s[0], s[1], s[2], s[3]];
+    (profile::profiling() && x.num_dims() == 4 && weight.num_dims() == 4).then(|| ConvSignature {
+        input: four(x),
+        weight: four(weight),
+        stride: options.stride,
+        padding: options.padding,
+        dilation: options.dilation,
+        groups: options.groups,
+    })
 }
 
 fn conv2d_out_shape(x: &Shape, weight: &Shape, options: &ConvOptions<2>) -> [usize; 4] {
@@ -39,6 +53,7 @@ pub(crate) fn conv2d<C: Backend, A: Accelerator>(
         out_dtype: x.dtype(),
         flops: conv2d_flops(&w_shape, &out),
         uploads,
+        signature: signature(&x_shape, &w_shape, &options),
     };
     let accel_options = options.clone();
     offload::run::<C, A>(
@@ -66,6 +81,7 @@ pub(crate) fn conv2d_x_backward<C: Backend, A: Accelerator>(
         out_dtype: x.dtype(),
         flops: conv2d_flops(&weight.shape(), &output_grad.shape()),
         uploads: vec![weight.clone(), output_grad.clone()],
+        signature: signature(&x_shape, &weight.shape(), &options),
     };
     let accel_options = options.clone();
     offload::run::<C, A>(
@@ -92,6 +108,7 @@ pub(crate) fn conv2d_weight_backward<C: Backend, A: Accelerator>(
         out_dtype: weight.dtype(),
         flops: conv2d_flops(&w_shape, &output_grad.shape()),
         uploads: vec![x.clone(), output_grad.clone()],
+        signature: signature(&x.shape(), &w_shape, &options),
     };
     let accel_options = options.clone();
     offload::run::<C, A>(
@@ -119,6 +136,7 @@ pub(crate) fn float_matmul<C: Backend, A: Accelerator>(
         out_dtype: lhs.dtype(),
         flops: 2 * (batch * m * k * n) as u64,
         uploads: vec![lhs.clone(), rhs.clone()],
+        signature: None,
     };
     offload::run::<C, A>(
         placed,

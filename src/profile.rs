@@ -1,0 +1,318 @@
+//! An opt-in profile of a run: every conv layer's phases with their upload, kernel, download and
+//! CPU time, and the time of every other op the CPU backend ran, by op.
+//!
+//! Off by default, because attributing an offloaded op's time to its upload, kernel and download
+//! needs a device sync between them, which costs a round trip each. With profiling off the op
+//! syncs only by reading its result back, and [`crate::stats`]' phase split only says how long
+//! each phase took to be queued.
+//!
+//! Layers are numbered by the order of their forward convs within a training step. A step
+//! starts at a forward conv that follows a backward conv, or that has the shape of the step's
+//! first conv (forward-only loops such as evaluation). Gradient phases are matched to layers
+//! of the same shape in reverse order, the order in which backpropagation visits them.
+
+use crate::placement::OpKind;
+use crate::stats::{OpCounters, Ran};
+use core::fmt;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Turns profiling on or off for every `Hetero` backend in this process.
+pub fn set_profiling(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Whether profiling is on.
+pub fn profiling() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// The shape of one conv: input and weight shapes and the options, which together identify a
+/// layer's work.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConvSignature {
+    /// Input shape `[n, c_in, h, w]`.
+    pub input: [usize; 4],
+    /// Weight shape `[c_out, c_in / groups, kh, kw]`.
+    pub weight: [usize; 4],
+    /// Stride.
+    pub stride: [usize; 2],
+    /// Padding.
+    pub padding: [usize; 2],
+    /// Dilation.
+    pub dilation: [usize; 2],
+    /// Groups.
+    pub groups: usize,
+}
+
+impl fmt::Display for ConvSignature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [n, ci, h, w] = self.input;
+        let [co, _, kh, kw] = self.weight;
+        write!(f, "{n}×{ci}×{h}×{w} → {co}, {kh}×{kw}")?;
+        if self.stride != [1, 1] {
+            write!(f, " s{}", fmt_pair(self.stride))?;
+        }
+        if self.padding != [0, 0] {
+            write!(f, " p{}", fmt_pair(self.padding))?;
+        }
+        if self.dilation != [1, 1] {
+            write!(f, " d{}", fmt_pair(self.dilation))?;
+        }
+        if self.groups != 1 {
+            write!(f, " g{}", self.groups)?;
+        }
+        Ok(())
+    }
+}
+
+fn fmt_pair([a, b]: [usize; 2]) -> String {
+    if a == b {
+        format!("{a}")
+    } else {
+        format!("{a},{b}")
+    }
+}
+
+/// One conv layer's phase at one place, summed over the run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayerPhase {
+    /// Position of the layer among the step's forward convs (0-based).
+    pub layer: usize,
+    /// The layer's shape.
+    pub signature: ConvSignature,
+    /// The phase.
+    pub op: OpKind,
+    /// Where it ran.
+    pub ran: Ran,
+    /// Its counters.
+    pub counters: OpCounters,
+}
+
+/// The calls and time of one op of the CPU backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuOpTime {
+    /// The backend op's name, as in Burn's backend traits (`float_add`, `relu_backward`, …).
+    pub name: &'static str,
+    /// Calls.
+    pub calls: u64,
+    /// Wall time inside the op.
+    pub time: Duration,
+}
+
+/// A snapshot of the profile, see [`profile`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Profile {
+    /// Conv phases by layer, then phase, then place.
+    pub layers: Vec<LayerPhase>,
+    /// The CPU backend's other ops, the most time first.
+    pub cpu_ops: Vec<CpuOpTime>,
+}
+
+impl Profile {
+    /// Total time of the conv phases (all places) and of the other CPU ops.
+    pub fn totals(&self) -> (Duration, Duration) {
+        (
+            self.layers.iter().map(|l| l.counters.total_time()).sum(),
+            self.cpu_ops.iter().map(|o| o.time).sum(),
+        )
+    }
+}
+
+impl fmt::Display for Profile {
+    /// Two markdown tables: the conv layers' phases, and the CPU ops that took at least 0.5% of
+    /// the CPU ops' time (the rest summed in one row).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        writeln!(
+            f,
+            "| layer | shape | phase | ran on | calls | upload ms | kernel ms | download ms | cpu ms | total ms |"
+        )?;
+        writeln!(f, "|---:|---|---|---|---:|---:|---:|---:|---:|---:|")?;
+        for l in &self.layers {
+            let c = &l.counters;
+            writeln!(
+                f,
+                "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                l.layer + 1,
+                l.signature,
+                phase_name(l.op),
+                l.ran,
+                c.calls,
+                ms(c.upload),
+                ms(c.compute),
+                ms(c.download),
+                ms(c.cpu),
+                ms(c.total_time())
+            )?;
+        }
+        let (_, cpu_total) = self.totals();
+        writeln!(f)?;
+        writeln!(f, "| cpu op | calls | ms | share |")?;
+        writeln!(f, "|---|---:|---:|---:|")?;
+        let share = |d: Duration| 100.0 * d.as_secs_f64() / cpu_total.as_secs_f64().max(1e-12);
+        let (mut rest_calls, mut rest_time) = (0, Duration::ZERO);
+        for op in &self.cpu_ops {
+            if share(op.time) >= 0.5 {
+                writeln!(
+                    f,
+                    "| {} | {} | {:.1} | {:.1}% |",
+                    op.name,
+                    op.calls,
+                    ms(op.time),
+                    share(op.time)
+                )?;
+            } else {
+                rest_calls += op.calls;
+                rest_time += op.time;
+            }
+        }
+        if rest_calls > 0 {
+            writeln!(
+                f,
+                "| (others) | {rest_calls} | {:.1} | {:.1}% |",
+                ms(rest_time),
+                share(rest_time)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The phase's short name: forward, dgrad (input gradient), wgrad (weight gradient).
+pub fn phase_name(op: OpKind) -> &'static str {
+    match op {
+        OpKind::Conv2dForward => "forward",
+        OpKind::Conv2dInputGrad => "dgrad",
+        OpKind::Conv2dWeightGrad => "wgrad",
+        OpKind::Matmul => "matmul",
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// (layer, signature, op, ran) → counters.
+    layers: BTreeMap<(usize, ConvSignature, OpKind, Ran), OpCounters>,
+    cpu_ops: BTreeMap<&'static str, (u64, Duration)>,
+    /// The current step's forward convs, in order.
+    step: Vec<ConvSignature>,
+    /// Whether a gradient phase ran since the step began.
+    backward_seen: bool,
+    /// Gradient calls of each (signature, phase) in the current step.
+    backward_calls: BTreeMap<(ConvSignature, OpKind), usize>,
+}
+
+impl State {
+    /// The layer position of a call, advancing the step bookkeeping.
+    fn layer_of(&mut self, op: OpKind, signature: &ConvSignature) -> usize {
+        if op == OpKind::Conv2dForward {
+            if self.backward_seen || self.step.first() == Some(signature) {
+                self.step.clear();
+                self.backward_calls.clear();
+                self.backward_seen = false;
+            }
+            self.step.push(signature.clone());
+            return self.step.len() - 1;
+        }
+        self.backward_seen = true;
+        let seen = self
+            .backward_calls
+            .entry((signature.clone(), op))
+            .or_default();
+        let nth_from_end = *seen;
+        *seen += 1;
+        self.step
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|(_, s)| *s == signature)
+            .nth(nth_from_end)
+            .map(|(i, _)| i)
+            // A gradient without its forward in this step (the forward ran on another path):
+            // its own row after the step's layers.
+            .unwrap_or(self.step.len() + nth_from_end)
+    }
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> T {
+    let mut guard = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    f(guard.get_or_insert_with(State::default))
+}
+
+/// A snapshot of the profile gathered since the last [`reset_profile`].
+pub fn profile() -> Profile {
+    with_state(|s| {
+        let layers = s
+            .layers
+            .iter()
+            .map(|((layer, signature, op, ran), c)| LayerPhase {
+                layer: *layer,
+                signature: signature.clone(),
+                op: *op,
+                ran: *ran,
+                counters: *c,
+            })
+            .collect();
+        let mut cpu_ops: Vec<CpuOpTime> = s
+            .cpu_ops
+            .iter()
+            .map(|(name, (calls, time))| CpuOpTime {
+                name,
+                calls: *calls,
+                time: *time,
+            })
+            .collect();
+        cpu_ops.sort_by(|a, b| b.time.cmp(&a.time).then(a.name.cmp(b.name)));
+        Profile { layers, cpu_ops }
+    })
+}
+
+/// Clears the profile (and the step bookkeeping).
+pub fn reset_profile() {
+    with_state(|s| *s = State::default());
+}
+
+pub(crate) fn record_conv(op: OpKind, signature: &ConvSignature, ran: Ran, counters: OpCounters) {
+    with_state(|s| {
+        let layer = s.layer_of(op, signature);
+        s.layers
+            .entry((layer, signature.clone(), op, ran))
+            .or_default()
+            .add(&counters);
+    });
+}
+
+pub(crate) fn record_cpu_op(name: &'static str, elapsed: Duration) {
+    with_state(|s| {
+        let entry = s.cpu_ops.entry(name).or_default();
+        entry.0 += 1;
+        entry.1 += elapsed;
+    });
+}
+
+/// Times one op of the CPU backend while profiling is on (a no-op otherwise).
+pub(crate) struct CpuOpTimer {
+    started: Option<(&'static str, Instant)>,
+}
+
+impl CpuOpTimer {
+    pub(crate) fn start(name: &'static str) -> Self {
+        Self {
+            started: profiling().then(|| (name, Instant::now())),
+        }
+    }
+}
+
+impl Drop for CpuOpTimer {
+    fn drop(&mut self) {
+        if let Some((name, start)) = self.started {
+            record_cpu_op(name, start.elapsed());
+        }
+    }
+}
