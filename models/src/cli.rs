@@ -211,6 +211,15 @@ pub struct TrainArgs {
     /// No progress bars.
     #[arg(long)]
     pub quiet: bool,
+    /// Print a profile after training (hetero backend): per conv layer and phase the calls and
+    /// the upload, kernel, download and CPU time, then the CPU backend's other ops by time; the
+    /// first step (kernel compilation) is left out except in a dry run. Syncs the accelerator
+    /// between phases, so steps are slower than without it.
+    #[arg(long)]
+    pub profile: bool,
+    /// Also write the profile's conv phases as a stacked bar chart (SVG) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub profile_chart: Option<PathBuf>,
 }
 
 /// Why the program failed: each is one clear message and a non-zero exit.
@@ -231,6 +240,9 @@ pub enum CliError {
     /// The accelerator asked for is not there.
     #[error("{0}")]
     Accelerator(String),
+    /// An output file could not be written.
+    #[error("{0}")]
+    Output(String),
 }
 
 /// What a run did, for the caller (and the tests).
@@ -402,6 +414,11 @@ fn load_data(args: &TrainArgs) -> Result<TrainData, CliError> {
 }
 
 fn train_command(args: &TrainArgs) -> Result<Outcome, CliError> {
+    if (args.profile || args.profile_chart.is_some()) && args.backend != BackendName::Hetero {
+        return Err(CliError::Usage(
+            "--profile and --profile-chart profile the hetero backend: use --backend hetero".into(),
+        ));
+    }
     let settings = settings(args)?;
     let resume = args.resume.as_deref().map(checkpoint::read).transpose()?;
     let data = load_data(args)?;
@@ -649,6 +666,20 @@ where
         });
     }
 
+    let profiling = args.profile || args.profile_chart.is_some();
+    // Created before training, so that a bad path fails now and not after a long run.
+    let chart_file = args
+        .profile_chart
+        .as_ref()
+        .map(|path| {
+            std::fs::File::create(path)
+                .map_err(|e| CliError::Output(format!("--profile-chart {}: {e}", path.display())))
+        })
+        .transpose()?;
+    if profiling {
+        burn_hetero::profile::reset_profile();
+        burn_hetero::profile::set_profiling(true);
+    }
     let before = burn_hetero::stats();
     let started = Instant::now();
     let job = TrainJob {
@@ -667,7 +698,9 @@ where
         dry_run: args.dry_run,
         progress,
     };
-    let (_, report) = train::train::<B, M>(model, job, device)?;
+    let trained = train::train::<B, M>(model, job, device);
+    burn_hetero::profile::set_profiling(false);
+    let (_, report) = trained?;
     let used = burn_hetero::stats().since(&before);
     if let Some((loss, accuracy)) = report.final_test {
         println!(
@@ -680,6 +713,23 @@ where
     }
     for line in placement_lines(&used) {
         println!("{line}");
+    }
+    if profiling {
+        let profile = burn_hetero::profile::profile();
+        let (convs, cpu_ops) = profile.totals();
+        println!(
+            "\nprofile: conv phases {:.1} s, other CPU-backend ops {:.1} s\n\n{profile}",
+            convs.as_secs_f64(),
+            cpu_ops.as_secs_f64()
+        );
+        if let (Some(mut file), Some(path)) = (chart_file, &args.profile_chart) {
+            use std::io::Write;
+            file.write_all(crate::chart::profile_svg(&profile).as_bytes())
+                .map_err(|e| {
+                    CliError::Output(format!("--profile-chart {}: {e}", path.display()))
+                })?;
+            println!("profile chart written to {}", path.display());
+        }
     }
     Ok(report)
 }

@@ -13,6 +13,7 @@
 
 #![warn(missing_docs)]
 
+pub mod chart;
 pub mod checkpoint;
 pub mod cli;
 pub mod data;

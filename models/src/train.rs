@@ -318,6 +318,11 @@ where
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             model = optimizer.step(lr, model, grads);
             step_times.push(started.elapsed());
+            // The run's first step compiles (and may autotune) every kernel: a profile of the
+            // steady state starts after it (a dry run has only that step).
+            if step_times.len() == 1 && !job.dry_run && burn_hetero::profile::profiling() {
+                burn_hetero::profile::reset_profile();
+            }
 
             loss_sum += loss_value * indices.len() as f64;
             seen += indices.len();

@@ -313,3 +313,47 @@ fn every_backend_here_runs_a_step() {
         assert_eq!(outcome.report.epochs[0].steps, 1);
     }
 }
+
+#[test]
+fn profile_chart_shows_every_conv_phase_by_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("profile.svg");
+    let quick = ["--dry-run", "--batch-size", "8", "--test-batch-size", "8"];
+    let mut args = vec![
+        "mnist",
+        "--accel",
+        "vulkan",
+        "--placement",
+        "conv=f16",
+        "--strict",
+    ];
+    args.extend_from_slice(&quick);
+    args.extend_from_slice(&["--profile-chart", chart.to_str().unwrap()]);
+    hetero(&args).unwrap();
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    for row in [
+        "L1 forward 8×1×28×28 → 20, 5×5 (accelerator/f16)",
+        "L1 wgrad 8×1×28×28 → 20, 5×5 (accelerator/f16)",
+        "L2 forward 8×20×12×12 → 50, 5×5 (accelerator/f16)",
+        "L2 dgrad",
+        "L2 wgrad",
+    ] {
+        assert!(svg.contains(row), "{row} missing:\n{svg}");
+    }
+    // The first layer's input is the data: no input gradient.
+    assert!(!svg.contains("L1 dgrad"), "{svg}");
+    assert!(svg.matches("<rect").count() >= 5 * 3, "{svg}");
+    // A path that cannot be written fails before training; other backends are not profiled.
+    let unwritable = dir.path().join("missing-dir").join("p.svg");
+    let err = failure(&["mnist", "--profile-chart", unwritable.to_str().unwrap()]);
+    assert!(
+        matches!(&err, CliError::Output(m) if m.contains("missing-dir")),
+        "{err}"
+    );
+    let err = failure(&["mnist", "--backend", "cpu", "--profile"]);
+    assert!(
+        matches!(&err, CliError::Usage(m) if m.contains("--backend hetero")),
+        "{err}"
+    );
+}
