@@ -213,7 +213,7 @@ impl ResNetConfig {
         let blocks = self
             .block_plans()
             .into_iter()
-            .map(|plan| BasicBlock::new(plan, self.shortcut, device))
+            .map(|plan| BasicBlock::from_plan(plan, self.shortcut, device))
             .collect();
         ResNet {
             stem: conv_config(self.in_channels, STAGE_CHANNELS[0], 3, 1).init(device),
@@ -251,10 +251,13 @@ fn conv_config(c_in: usize, c_out: usize, kernel: usize, stride: usize) -> Conv2
 /// any size ≥ 1 works thanks to the global pooling), output logits `[N, classes]`.
 #[derive(Module, Debug)]
 pub struct ResNet<B: Backend> {
-    stem: Conv2d<B>,
-    stem_bn: BatchNorm<B>,
+    /// The first 3×3 convolution (input channels → 16).
+    pub stem: Conv2d<B>,
+    /// Its batch norm.
+    pub stem_bn: BatchNorm<B>,
     blocks: Vec<BasicBlock<B>>,
-    fc: Linear<B>,
+    /// The classifier, 64 → classes.
+    pub fc: Linear<B>,
 }
 
 impl<B: Backend> ResNet<B> {
@@ -294,19 +297,25 @@ impl<B: Backend> Classifier<B> for ResNet<B> {
 /// The option B shortcut: strided 1×1 convolution and batch norm.
 #[derive(Module, Debug)]
 pub struct Projection<B: Backend> {
-    conv: Conv2d<B>,
-    bn: BatchNorm<B>,
+    /// The 1×1 convolution.
+    pub conv: Conv2d<B>,
+    /// Its batch norm.
+    pub bn: BatchNorm<B>,
 }
 
 /// A basic block: two 3×3 convolutions with batch norm, and a shortcut.
 #[derive(Module, Debug)]
 pub struct BasicBlock<B: Backend> {
-    conv1: Conv2d<B>,
-    bn1: BatchNorm<B>,
-    conv2: Conv2d<B>,
-    bn2: BatchNorm<B>,
+    /// The first 3×3 convolution (carries the block's stride).
+    pub conv1: Conv2d<B>,
+    /// Its batch norm.
+    pub bn1: BatchNorm<B>,
+    /// The second 3×3 convolution.
+    pub conv2: Conv2d<B>,
+    /// Its batch norm.
+    pub bn2: BatchNorm<B>,
     /// Option B's shortcut where the block changes shape; `None` means identity or option A.
-    projection: Option<Projection<B>>,
+    pub projection: Option<Projection<B>>,
     /// Subsampling step of option A's shortcut (1: none).
     stride: usize,
     /// Zero channels option A's shortcut appends.
@@ -314,7 +323,24 @@ pub struct BasicBlock<B: Backend> {
 }
 
 impl<B: Backend> BasicBlock<B> {
-    fn new(plan: BlockPlan, shortcut: Shortcut, device: &B::Device) -> Self {
+    /// A block from `in_channels` to `out_channels` whose first convolution has `stride`, with
+    /// `shortcut` where the shape changes (Kaiming-normal weights, no biases).
+    pub fn new(
+        in_channels: usize,
+        out_channels: usize,
+        stride: usize,
+        shortcut: Shortcut,
+        device: &B::Device,
+    ) -> Self {
+        let plan = BlockPlan {
+            in_channels,
+            out_channels,
+            stride,
+        };
+        Self::from_plan(plan, shortcut, device)
+    }
+
+    fn from_plan(plan: BlockPlan, shortcut: Shortcut, device: &B::Device) -> Self {
         let BlockPlan {
             in_channels,
             out_channels,
@@ -352,7 +378,7 @@ impl<B: Backend> BasicBlock<B> {
     /// zero channels go after the input's, so that the first channels of the output carry the
     /// identity; where they go makes no difference to what the block can learn, since the
     /// residual branch's channels are free to permute.
-    fn zero_pad_shortcut(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+    pub fn zero_pad_shortcut(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let x = if self.stride == 1 {
             x
         } else {
@@ -365,95 +391,5 @@ impl<B: Backend> BasicBlock<B> {
         let [batch, _, height, width] = x.dims();
         let zeros = Tensor::zeros([batch, self.extra_channels, height, width], &x.device());
         Tensor::cat(vec![x, zeros], 1)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use burn::tensor::TensorData;
-
-    type B = burn_ndarray::NdArray<f32>;
-
-    fn block(in_channels: usize, out_channels: usize, stride: usize) -> BasicBlock<B> {
-        let plan = BlockPlan {
-            in_channels,
-            out_channels,
-            stride,
-        };
-        BasicBlock::new(plan, Shortcut::ZeroPad, &Default::default())
-    }
-
-    #[test]
-    fn option_a_takes_every_second_pixel_and_appends_zero_channels() {
-        let device = Default::default();
-        // [1, 2, 4, 4] holding 0..32.
-        let x = Tensor::<B, 1>::from_data(
-            TensorData::new((0..32).map(|v| v as f32).collect(), [32]),
-            &device,
-        )
-        .reshape([1, 2, 4, 4]);
-        let out = block(2, 4, 2).zero_pad_shortcut(x.clone());
-        assert_eq!(out.dims(), [1, 4, 2, 2]);
-        let expected = [
-            0., 2., 8., 10., 16., 18., 24., 26., 0., 0., 0., 0., 0., 0., 0., 0.,
-        ];
-        assert_eq!(out.into_data().to_vec::<f32>().unwrap(), expected);
-
-        // Odd sizes: ceil(5 / 2) = 3, the size the strided conv gives.
-        let odd = Tensor::<B, 4>::ones([1, 2, 5, 5], &device);
-        let b = block(2, 4, 2);
-        assert_eq!(b.zero_pad_shortcut(odd.clone()).dims(), [1, 4, 3, 3]);
-        assert_eq!(b.forward(odd).dims(), [1, 4, 3, 3]);
-
-        // Blocks that keep the shape pass the input through.
-        let same = block(2, 2, 1).zero_pad_shortcut(x.clone());
-        assert_eq!(same.into_data(), x.into_data());
-    }
-
-    /// Sample standard deviation of a tensor's values.
-    fn std_of<const D: usize>(t: Tensor<B, D>) -> f64 {
-        let v: Vec<f32> = t.into_data().to_vec().unwrap();
-        let n = v.len() as f64;
-        let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
-        (v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n).sqrt()
-    }
-
-    #[test]
-    fn convolutions_are_kaiming_normal_with_fan_out() {
-        let device = Default::default();
-        B::seed(&device, 11);
-        let model = ResNetConfig::new(20)
-            .unwrap()
-            .with_shortcut(Shortcut::Projection)
-            .init::<B>(&device);
-        // (weights, fan_out, fan_in): fan_in and fan_out differ on these, so the std tells them
-        // apart (by a factor √(16/3) for the stem, √2 for the first conv of stage 2).
-        let first_of_stage_2 = &model.blocks[3];
-        let cases = [
-            (model.stem.weight.val(), 16 * 9, 3 * 9),
-            (first_of_stage_2.conv1.weight.val(), 32 * 9, 16 * 9),
-            (
-                first_of_stage_2
-                    .projection
-                    .as_ref()
-                    .unwrap()
-                    .conv
-                    .weight
-                    .val(),
-                32,
-                16,
-            ),
-        ];
-        for (weights, fan_out, fan_in) in cases {
-            let expected = (2.0 / fan_out as f64).sqrt();
-            let std = std_of(weights);
-            assert!(
-                (std / expected - 1.0).abs() < 0.1,
-                "std {std}, fan_out gives {expected}, fan_in {}",
-                (2.0 / fan_in as f64).sqrt()
-            );
-        }
-        assert!(model.stem.bias.is_none() && first_of_stage_2.conv1.bias.is_none());
     }
 }

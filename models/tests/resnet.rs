@@ -4,6 +4,7 @@ use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
+use burn_hetero_models::resnet::BasicBlock;
 use burn_hetero_models::{ResNetConfig, ResNetConfigError, Shortcut};
 
 use crate::{B, assert_close, trainable_params, values};
@@ -180,4 +181,87 @@ impl burn::module::ModuleVisitor<B> for FirstParamGrad<'_> {
             *self.norm = Some(sq.sqrt());
         }
     }
+}
+
+fn block(in_channels: usize, out_channels: usize, stride: usize) -> BasicBlock<B> {
+    BasicBlock::new(
+        in_channels,
+        out_channels,
+        stride,
+        Shortcut::ZeroPad,
+        &Default::default(),
+    )
+}
+
+#[test]
+fn option_a_takes_every_second_pixel_and_appends_zero_channels() {
+    let device = Default::default();
+    // [1, 2, 4, 4] holding 0..32.
+    let x = Tensor::<B, 1>::from_data(
+        TensorData::new((0..32).map(|v| v as f32).collect(), [32]),
+        &device,
+    )
+    .reshape([1, 2, 4, 4]);
+    let out = block(2, 4, 2).zero_pad_shortcut(x.clone());
+    assert_eq!(out.dims(), [1, 4, 2, 2]);
+    let expected = [
+        0., 2., 8., 10., 16., 18., 24., 26., 0., 0., 0., 0., 0., 0., 0., 0.,
+    ];
+    assert_eq!(out.into_data().to_vec::<f32>().unwrap(), expected);
+
+    // Odd sizes: ceil(5 / 2) = 3, the size the strided conv gives.
+    let odd = Tensor::<B, 4>::ones([1, 2, 5, 5], &device);
+    let b = block(2, 4, 2);
+    assert_eq!(b.zero_pad_shortcut(odd.clone()).dims(), [1, 4, 3, 3]);
+    assert_eq!(b.forward(odd).dims(), [1, 4, 3, 3]);
+
+    // Blocks that keep the shape pass the input through.
+    let same = block(2, 2, 1).zero_pad_shortcut(x.clone());
+    assert_eq!(same.into_data(), x.into_data());
+}
+
+/// Sample standard deviation of a tensor's values.
+fn std_of<const D: usize>(t: Tensor<B, D>) -> f64 {
+    let v: Vec<f32> = t.into_data().to_vec().unwrap();
+    let n = v.len() as f64;
+    let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
+    (v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n).sqrt()
+}
+
+#[test]
+fn convolutions_are_kaiming_normal_with_fan_out() {
+    let device = Default::default();
+    B::seed(&device, 11);
+    let model = ResNetConfig::new(20)
+        .unwrap()
+        .with_shortcut(Shortcut::Projection)
+        .init::<B>(&device);
+    // (weights, fan_out, fan_in): fan_in and fan_out differ on these, so the std tells them
+    // apart (by a factor √(16/3) for the stem, √2 for the first conv of stage 2).
+    let first_of_stage_2 = &model.blocks()[3];
+    let cases = [
+        (model.stem.weight.val(), 16 * 9, 3 * 9),
+        (first_of_stage_2.conv1.weight.val(), 32 * 9, 16 * 9),
+        (
+            first_of_stage_2
+                .projection
+                .as_ref()
+                .unwrap()
+                .conv
+                .weight
+                .val(),
+            32,
+            16,
+        ),
+    ];
+    for (weights, fan_out, fan_in) in cases {
+        let expected = (2.0 / fan_out as f64).sqrt();
+        let std = std_of(weights);
+        assert!(
+            (std / expected - 1.0).abs() < 0.1,
+            "std {std}, fan_out gives {expected}, fan_in {}",
+            (2.0 / fan_in as f64).sqrt()
+        );
+    }
+    assert!(model.stem.bias.is_none() && first_of_stage_2.conv1.bias.is_none());
 }
