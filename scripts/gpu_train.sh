@@ -12,10 +12,13 @@
 #   checks   conformance `cuda_` tests; SASS of our conv kernels (sass_check.py)
 #   steps    ResNet20 (b=128) and MNIST-net step times per backend, and PyTorch's beside them
 #   mnist    the MNIST net, 14 epochs, --backend cpu then --backend hetero (same seed)
+#   profile  --profile runs of ResNet20 (b=128) and the MNIST net (b=64) on the hetero backend
 #   fashion  ResNet20 on Fashion-MNIST until the call's time runs out, a checkpoint per epoch
 #            under $OUT/ckpt; resumes from carry/resume.ckpt when there is one
-# FASHION_BACKEND (gpu|hetero, default gpu) and FASHION_EPOCHS (default 10) set the last stage;
-# DEADLINE (seconds since the start, default 570) bounds it.
+# Settings: MNIST_BACKENDS (default "cpu hetero") picks the mnist stage's runs; FASHION_BACKEND
+# (gpu|hetero, default gpu) and FASHION_EPOCHS (default 10) set the fashion stage; DEADLINE
+# (seconds since the start, default 570) bounds it; AUTOTUNE is CubeCL's autotune level (default
+# minimal); carry/autotune, when there, seeds CubeCL's autotune cache.
 set -uo pipefail
 dir="$1"
 shift
@@ -23,6 +26,9 @@ out="${OUT:-/tmp/out}"
 mkdir -p "$out"
 bin=/tmp/hetero
 xz -dc "$dir/hetero.xz" > "$bin" && chmod +x "$bin"
+# burn-cuda autotunes every new kernel shape; at CubeCL's default level that took minutes per
+# model here, "minimal" seconds.
+export CUBECL_AUTOTUNE_LEVEL="${AUTOTUNE:-minimal}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu.txt"
 
 # Median ms per step from a run's summary line.
@@ -33,11 +39,9 @@ for stage in "$@"; do
     case "$stage" in
     checks)
         if [ -f "$dir/conformance.xz" ]; then
-            xz -dc "$dir/conformance.xz" > /tmp/conformance && chmod +x /tmp/conformance
-            timeout 240 /tmp/conformance --ignored cuda_ --test-threads 1 \
-                > "$out/conformance-cuda.txt" 2>&1
-            echo "conformance cuda_: rc $?"
-            tail -5 "$out/conformance-cuda.txt"
+            timeout 200 bash "$(dirname "$0")/gpu_check.sh" "$dir/conformance.xz" > /dev/null 2>&1
+            echo "conformance cuda_: rc $? (log: cuda_tests.log)"
+            grep -E "^test |test result" "$out/cuda_tests.log"
         fi
         CUBECL_DEBUG_LOG="$out/cubecl.log" timeout 120 "$bin" train resnet20 --dataset mnist \
             --backend hetero --accel cuda --strict --dry-run --quiet > "$out/sass-run.txt" 2>&1
@@ -59,25 +63,43 @@ for stage in "$@"; do
         cat "$out/torch-steps.md"
         ;;
     mnist)
-        for backend in cpu hetero; do
-            timeout 240 "$bin" train mnist --backend "$backend" --accel cuda --quiet \
+        for backend in ${MNIST_BACKENDS:-cpu hetero}; do
+            timeout 150 "$bin" train mnist --backend "$backend" --accel cuda --quiet \
                 > "$out/mnist-$backend.txt" 2>&1
             echo "mnist $backend: rc $?"
             tail -4 "$out/mnist-$backend.txt"
         done
         ;;
+    profile)
+        # A profiled hetero run of each model (the first step, which compiles, is left out).
+        for run in "resnet20 128" "mnist 64"; do
+            set -- $run
+            timeout 150 "$bin" train "$1" --backend hetero --accel cuda --epochs 1 \
+                --steps-per-epoch 20 --batch-size "$2" --test-batch-size "$2" --quiet --profile \
+                --profile-chart "$out/profile-$1.svg" > "$out/profile-$1.txt" 2>&1
+            echo "profile $1: rc $?"
+            grep -E "^done|^profile" "$out/profile-$1.txt"
+        done
+        ;;
     fashion)
         resume=()
         [ -f "$dir/resume.ckpt" ] && resume=(--resume "$dir/resume.ckpt")
+        # burn-cuda autotunes each new kernel shape; its cache (under target/) travels between
+        # calls, and one batch size for training and testing keeps the set of shapes small.
+        mkdir -p target
+        [ -d "$dir/autotune" ] && cp -r "$dir/autotune" target/
         left=$(( ${DEADLINE:-570} - SECONDS ))
-        timeout "$left" "$bin" train resnet20 --dataset fashion-mnist --data-dir "$dir/fashion" \
+        timeout "$left" "$bin" train resnet20 \
+            --dataset fashion-mnist --data-dir "$dir/fashion" \
             --backend "${FASHION_BACKEND:-gpu}" --accel cuda --epochs "${FASHION_EPOCHS:-10}" \
-            --save-every 1 --save-dir "$out/ckpt" --quiet "${resume[@]}" \
-            >> "$out/fashion.txt" 2>&1
-        echo "fashion: rc $? after ${SECONDS}s"
+            --batch-size 125 --test-batch-size 125 --log-interval 40 \
+            --save-every 1 --save-dir "$out/ckpt" --quiet "${resume[@]}" 2>&1 \
+            | while IFS= read -r line; do echo "[${SECONDS}s] $line"; done >> "$out/fashion.txt"
+        echo "fashion: rc ${PIPESTATUS[0]} after ${SECONDS}s"
         tail -15 "$out/fashion.txt"
-        # Only the newest checkpoint travels back.
+        # Only the newest checkpoint travels back, with the autotune cache.
         ls -t "$out"/ckpt/*.ckpt 2>/dev/null | tail -n +2 | xargs -r rm -f
+        [ -d target/autotune ] && cp -r target/autotune "$out/"
         ;;
     *) echo "unknown stage $stage"; exit 2 ;;
     esac
