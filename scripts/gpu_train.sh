@@ -12,13 +12,14 @@
 #   checks   conformance `cuda_` tests; SASS of our conv kernels (sass_check.py)
 #   steps    ResNet20 (b=128) and MNIST-net step times per backend, and PyTorch's beside them
 #   mnist    the MNIST net, 14 epochs, --backend cpu then --backend hetero (same seed)
-#   profile  --profile runs of ResNet20 (b=128) and the MNIST net (b=64) on the hetero backend
+#   profile  --profile runs of the MNIST net (b=64) and ResNet20 (b=128) on the hetero backend
 #   fashion  ResNet20 on Fashion-MNIST until the call's time runs out, a checkpoint per epoch
 #            under $OUT/ckpt; resumes from carry/resume.ckpt when there is one
 # Settings: MNIST_BACKENDS (default "cpu hetero") picks the mnist stage's runs; FASHION_BACKEND
 # (gpu|hetero, default gpu) and FASHION_EPOCHS (default 10) set the fashion stage; DEADLINE
 # (seconds since the start, default 570) bounds it; AUTOTUNE is CubeCL's autotune level (default
-# minimal); carry/autotune, when there, seeds CubeCL's autotune cache.
+# minimal); carry/autotune, when there, seeds CubeCL's autotune cache; PROFILE_TIMEOUT (s) bounds
+# each profiled run.
 set -uo pipefail
 dir="$1"
 shift
@@ -72,10 +73,10 @@ for stage in "$@"; do
         ;;
     profile)
         # A profiled hetero run of each model (the first step, which compiles, is left out).
-        for run in "resnet20 128" "mnist 64"; do
+        for run in "mnist 64" "resnet20 128"; do
             set -- $run
-            timeout 150 "$bin" train "$1" --backend hetero --accel cuda --epochs 1 \
-                --steps-per-epoch 20 --batch-size "$2" --test-batch-size "$2" --quiet --profile \
+            timeout "${PROFILE_TIMEOUT:-150}" "$bin" train "$1" --backend hetero --accel cuda \
+                --epochs 1 --steps-per-epoch 12 --batch-size "$2" --test-batch-size "$2" --quiet --profile \
                 --profile-chart "$out/profile-$1.svg" > "$out/profile-$1.txt" 2>&1
             echo "profile $1: rc $?"
             grep -E "^done|^profile" "$out/profile-$1.txt"
