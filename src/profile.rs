@@ -8,7 +8,7 @@
 //!
 //! Layers are numbered by the order of their forward convs within a training step. A step
 //! starts at a forward conv that follows a backward conv, or that has the shape of the step's
-//! first conv (forward-only loops such as evaluation). Gradient phases are matched to layers
+//! first conv at any batch size (forward-only loops such as evaluation). Gradient phases are matched to layers
 //! of the same shape in reverse order, the order in which backpropagation visits them.
 
 use crate::placement::OpKind;
@@ -47,6 +47,27 @@ pub struct ConvSignature {
     pub dilation: [usize; 2],
     /// Groups.
     pub groups: usize,
+}
+
+impl ConvSignature {
+    /// Whether `other` is the same layer shape at any batch size (an evaluation's last batch is
+    /// often smaller).
+    pub fn same_layer_as(&self, other: &ConvSignature) -> bool {
+        self.input[1..] == other.input[1..]
+            && (
+                &self.weight,
+                self.stride,
+                self.padding,
+                self.dilation,
+                self.groups,
+            ) == (
+                &other.weight,
+                other.stride,
+                other.padding,
+                other.dilation,
+                other.groups,
+            )
+    }
 }
 
 impl fmt::Display for ConvSignature {
@@ -210,7 +231,11 @@ impl State {
     /// The layer position of a call, advancing the step bookkeeping.
     fn layer_of(&mut self, op: OpKind, signature: &ConvSignature) -> usize {
         if op == OpKind::Conv2dForward {
-            if self.backward_seen || self.step.first() == Some(signature) {
+            let restarts = self
+                .step
+                .first()
+                .is_some_and(|first| first.same_layer_as(signature));
+            if self.backward_seen || restarts {
                 self.step.clear();
                 self.backward_calls.clear();
                 self.backward_seen = false;

@@ -254,8 +254,8 @@ fn profile_attributes_conv_phases_to_layers() {
     // Forward-only passes (evaluation) start again at layer 1 at the first layer's shape.
     let device = Default::default();
     let model = SmallCnn::<HA>::new(&device, 11);
-    for _ in 0..2 {
-        let (x, _) = batch::<HA>(&mut rng_for("profile eval"), &device, 6);
+    for n in [6, 6, 3] {
+        let (x, _) = batch::<HA>(&mut rng_for("profile eval"), &device, n);
         let _ = model.forward(x).into_data();
     }
     profile::set_profiling(false);
@@ -267,19 +267,23 @@ fn profile_attributes_conv_phases_to_layers() {
         .map(|l| (l.layer, l.op, l.counters.calls))
         .collect();
     // conv1 needs no input gradient (its input is the data).
+    // The last evaluation batch (3 images) has rows of its own, on the same layers.
     assert_eq!(
         rows,
         [
+            (0, OpKind::Conv2dForward, 1),
             (0, OpKind::Conv2dForward, 4),
             (0, OpKind::Conv2dWeightGrad, 2),
+            (1, OpKind::Conv2dForward, 1),
             (1, OpKind::Conv2dForward, 4),
             (1, OpKind::Conv2dInputGrad, 2),
             (1, OpKind::Conv2dWeightGrad, 2),
         ],
         "\n{p}"
     );
-    assert_eq!(p.layers[0].signature.input, [6, 1, 12, 12]);
-    assert_eq!(p.layers[2].signature.weight, [8, 6, 3, 3]);
+    assert_eq!(p.layers[0].signature.input, [3, 1, 12, 12]);
+    assert_eq!(p.layers[1].signature.input, [6, 1, 12, 12]);
+    assert_eq!(p.layers[4].signature.weight, [8, 6, 3, 3]);
     for l in &p.layers {
         assert_eq!(l.ran, Ran::Accelerator(Precision::F16), "\n{p}");
         let c = &l.counters;
@@ -299,9 +303,9 @@ fn profile_attributes_conv_phases_to_layers() {
             .sum();
         assert_eq!(profiled, delta.total(op).calls, "{op}");
     }
-    // The linear layer (two steps, two evaluations), and the batch norm's and ReLU's ops.
+    // The linear layer (two steps, three evaluations), and the batch norm's and ReLU's ops.
     let calls = |name: &str| p.cpu_ops.iter().find(|o| o.name == name).map(|o| o.calls);
-    assert_eq!(calls("linear"), Some(4), "\n{p}");
+    assert_eq!(calls("linear"), Some(5), "\n{p}");
     assert_eq!(calls("relu_backward"), Some(4), "\n{p}");
     assert!(p.cpu_ops.len() >= 10, "\n{p}");
     assert!(!p.totals().1.is_zero());
