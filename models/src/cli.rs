@@ -299,15 +299,16 @@ fn settings(args: &TrainArgs) -> Result<TrainSettings, CliError> {
         Some("none") => Schedule::Step,
         Some(list) => Schedule::Milestones(
             list.split(',')
-                .map(|m| m.trim().parse::<usize>())
-                .collect::<Result<_, _>>()
-                .map_err(|_| {
+                .map(|m| m.trim().parse::<usize>().ok().filter(|&m| m >= 1))
+                .collect::<Option<_>>()
+                .ok_or_else(|| {
                     CliError::Usage(format!(
-                        "--milestones {list:?}: expected epochs like 82,123 or none"
+                        "--milestones {list:?}: expected epochs (from 1) like 82,123, or none"
                     ))
                 })?,
         ),
-        None if resnet => Schedule::Milestones(vec![epochs / 2, epochs * 3 / 4]),
+        // At least after the first epoch: a milestone 0 would decay the rate from the start.
+        None if resnet => Schedule::Milestones(vec![(epochs / 2).max(1), (epochs * 3 / 4).max(1)]),
         None => Schedule::Step,
     };
     let positive = |name: &str, value: f64| {
@@ -717,11 +718,15 @@ where
     if profiling {
         let profile = burn_hetero::profile::profile();
         let (convs, cpu_ops) = profile.totals();
-        println!(
-            "\nprofile: conv phases {:.1} s, other CPU-backend ops {:.1} s\n\n{profile}",
-            convs.as_secs_f64(),
-            cpu_ops.as_secs_f64()
-        );
+        if profile.layers.is_empty() && profile.cpu_ops.is_empty() {
+            println!("profile: nothing recorded (the run did not use the hetero backend)");
+        } else {
+            println!(
+                "\nprofile: conv phases {:.1} s, other CPU-backend ops {:.1} s\n\n{profile}",
+                convs.as_secs_f64(),
+                cpu_ops.as_secs_f64()
+            );
+        }
         if let (Some(mut file), Some(path)) = (chart_file, &args.profile_chart) {
             use std::io::Write;
             file.write_all(crate::chart::profile_svg(&profile).as_bytes())

@@ -244,8 +244,10 @@ fn bad_flags_and_missing_data_are_clear_errors() {
         err.to_string().contains("train-images-idx3-ubyte") && err.to_string().contains(empty),
         "{err}"
     );
-    let err = failure(&["mnist", "--milestones", "3,x"]);
-    assert!(err.to_string().contains("--milestones"), "{err}");
+    for milestones in ["3,x", "0,3"] {
+        let err = failure(&["mnist", "--milestones", milestones]);
+        assert!(err.to_string().contains("--milestones"), "{err}");
+    }
     let err = failure(&["mnist", "--placement", "forward=f8"]);
     assert!(err.to_string().contains("--placement"), "{err}");
     let err = failure(&["mnist", "--lr", "NaN"]);
@@ -356,4 +358,25 @@ fn profile_chart_shows_every_conv_phase_by_layer() {
         matches!(&err, CliError::Usage(m) if m.contains("--backend hetero")),
         "{err}"
     );
+}
+
+/// The ResNets' default milestones (half and three quarters of the epochs) never fall before the
+/// first epoch's end: a one-epoch run trains at the full rate.
+#[test]
+fn one_epoch_resnet_run_keeps_the_initial_learning_rate() {
+    let outcome = hetero(&[
+        "resnet20",
+        "--backend",
+        "cpu",
+        "--dry-run",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "4",
+        "--test-batch-size",
+        "4",
+    ])
+    .unwrap();
+    assert_eq!(outcome.report.epochs.len(), 1);
+    assert_eq!(outcome.report.epochs[0].lr, 0.1);
 }
