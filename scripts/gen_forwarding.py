@@ -41,6 +41,9 @@ PLACED = {
     "conv2d_x_backward": "conv2d_x_backward",
     "conv2d_weight_backward": "conv2d_weight_backward",
     "float_matmul": "float_matmul",
+    "linear": "linear",
+    "linear_x_backward": "linear_x_backward",
+    "linear_weight_backward": "linear_weight_backward",
 }
 
 

@@ -2,7 +2,7 @@
 
 use burn_backend::ops::{ConvOptions, FloatTensorOps, ModuleOps};
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{Backend, DType, FloatDType, Shape, TensorMetadata};
+use burn_backend::{Backend, DType, FloatDType, Shape, TensorData, TensorMetadata};
 use burn_cubecl::kernel::conv::{ConvStrategy, conv_data_backward, conv_weight_backward};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
@@ -11,6 +11,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 use burn_hetero_kernels::{
     Conv2dBuffers, Conv2dProblem, ConvPath, ConvTypes, OperandType, conv2d_forward_async,
 };
+use cubecl::server::CopyDescriptor;
 
 /// A backend that runs the ops `Hetero` places on the accelerator.
 ///
@@ -19,6 +20,16 @@ use burn_hetero_kernels::{
 /// and returns the result there, accumulated in f32. The defaults use the backend's own Burn
 /// kernels; an implementation overrides a method to launch its own kernel instead.
 pub trait Accelerator: Backend {
+    /// Copies host data (already in the upload dtype) to the device.
+    fn accel_upload(data: TensorData, device: &Self::Device) -> Result<FloatTensor<Self>, String> {
+        Ok(Self::float_from_data(data, device))
+    }
+
+    /// Copies a result back to the host.
+    fn accel_download(tensor: FloatTensor<Self>) -> Result<TensorData, String> {
+        burn_std::future::block_on(Self::float_into_data(tensor)).map_err(|e| e.to_string())
+    }
+
     /// conv2d forward (NCHW input, OIHW weight).
     fn accel_conv2d(
         x: FloatTensor<Self>,
@@ -104,6 +115,49 @@ where
     I: IntElement,
     BT: BoolElement,
 {
+    /// One flat copy into a dense buffer. CubeCL's default tensor allocation pads every row on
+    /// CUDA, which makes the upload a pitched 2D copy (one row of a 12x12 f16 image is 24 bytes)
+    /// and the conv kernel's dense read needs a copy of it again.
+    fn accel_upload(data: TensorData, device: &Self::Device) -> Result<FloatTensor<Self>, String> {
+        let client = R::client(device);
+        let shape = Shape::from(data.shape.clone());
+        let dtype = data.dtype;
+        let handle = client.create(data.bytes);
+        Ok(CubeTensor::new_contiguous(
+            client,
+            device.clone(),
+            shape,
+            handle,
+            dtype,
+        ))
+    }
+
+    /// A dense result is read back as one flat copy (the rank-1 path of CubeCL's reads);
+    /// any other layout goes through Burn's read.
+    fn accel_download(tensor: FloatTensor<Self>) -> Result<TensorData, String> {
+        if !tensor.is_contiguous() {
+            return burn_std::future::block_on(Self::float_into_data(tensor))
+                .map_err(|e| e.to_string());
+        }
+        let shape = tensor.shape();
+        let num_bytes = shape.num_elements() * tensor.dtype.size();
+        let descriptor = CopyDescriptor::new(
+            tensor.handle.clone().binding(),
+            [num_bytes].into(),
+            [1].into(),
+            1,
+        );
+        let bytes = burn_std::future::block_on(tensor.client.read_one_tensor_async(descriptor))
+            .map_err(|e| format!("{e:?}"))?;
+        if bytes.len() != num_bytes {
+            return Err(format!(
+                "read {} bytes of a {num_bytes}-byte result",
+                bytes.len()
+            ));
+        }
+        Ok(TensorData::from_bytes(bytes, shape, tensor.dtype))
+    }
+
     /// Our own kernels (`burn-hetero-kernels`): one launch, the operands read in their upload
     /// precision, sums in f32, the bias added in the epilogue.
     fn accel_conv2d(

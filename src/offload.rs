@@ -182,7 +182,7 @@ fn offload<C: Backend, A: Accelerator>(
     let mut uploaded = Vec::with_capacity(operands.len());
     for data in operands {
         counters.bytes_up += data.bytes.len() as u64;
-        uploaded.push(A::float_from_data(data, accel_device));
+        uploaded.push(A::accel_upload(data, accel_device)?);
     }
     // Syncing between the phases only attributes their time (profiling); otherwise the read
     // below waits for the whole chain and reports any failure in it.
@@ -200,8 +200,7 @@ fn offload<C: Backend, A: Accelerator>(
     counters.compute += start.elapsed();
 
     let start = Instant::now();
-    let data = burn_std::future::block_on(A::float_into_data(out))
-        .map_err(|e| format!("download failed: {e}"))?;
+    let data = A::accel_download(out).map_err(|e| format!("download failed: {e}"))?;
     counters.bytes_down += data.bytes.len() as u64;
     counters.elements = data.num_elements() as u64;
     counters.download += start.elapsed();

@@ -284,3 +284,108 @@ fn placement_override_syntax() {
         assert_eq!(c, before, "a rejected override must change nothing");
     }
 }
+
+/// A linear layer's forward and gradients on `B` for a fresh rank-3 input: y, dx, dw, db (loss
+/// `sum(y * g)`), with the inputs x `[rows/3, 3, d_in]`, w `[d_in, d_out]`, b, g as f32.
+#[allow(clippy::type_complexity)]
+fn linear_step<B: Backend>(
+    name: &str,
+    d_in: usize,
+    d_out: usize,
+) -> ([Vec<f32>; 4], [Vec<f32>; 4]) {
+    let dev = Default::default();
+    let mut rng = rng_for(name);
+    let x = float::<Autodiff<B>, 3>(&mut rng, &dev, [4, 3, d_in]).require_grad();
+    let w = float::<Autodiff<B>, 2>(&mut rng, &dev, [d_in, d_out]).require_grad();
+    let b = float::<Autodiff<B>, 1>(&mut rng, &dev, [d_out]).require_grad();
+    let y = burn::tensor::module::linear(x.clone(), w.clone(), Some(b.clone()));
+    let g = float::<Autodiff<B>, 3>(&mut rng, &dev, [4, 3, d_out]);
+    let grads = (y.clone() * g.clone()).sum().backward();
+    let v = |d: TensorData| d.into_vec::<f32>().unwrap();
+    let inputs = [
+        v(x.clone().into_data()),
+        v(w.clone().into_data()),
+        v(b.clone().into_data()),
+        v(g.into_data()),
+    ];
+    let outputs = [
+        v(y.inner().into_data()),
+        v(x.grad(&grads).unwrap().into_data()),
+        v(w.grad(&grads).unwrap().into_data()),
+        v(b.grad(&grads).unwrap().into_data()),
+    ];
+    (inputs, outputs)
+}
+
+/// y = x·w + b, dx = g·wᵀ, dw = xᵀ·g, db = Σ g over the rows, in f64.
+fn linear_reference(inputs: &[Vec<f32>; 4], d_in: usize, d_out: usize) -> [Vec<f64>; 4] {
+    let [x, w, b, g] = inputs;
+    let rows = x.len() / d_in;
+    let (mut y, mut dx) = (vec![0f64; rows * d_out], vec![0f64; rows * d_in]);
+    let (mut dw, mut db) = (vec![0f64; d_in * d_out], vec![0f64; d_out]);
+    for r in 0..rows {
+        for o in 0..d_out {
+            let go = g[r * d_out + o] as f64;
+            y[r * d_out + o] = b[o] as f64;
+            db[o] += go;
+            for i in 0..d_in {
+                let (xi, wio) = (x[r * d_in + i] as f64, w[i * d_out + o] as f64);
+                y[r * d_out + o] += xi * wio;
+                dx[r * d_in + i] += go * wio;
+                dw[i * d_out + o] += xi * go;
+            }
+        }
+    }
+    [y, dx, dw, db]
+}
+
+#[test]
+fn linear_layers_follow_the_matmul_placement() {
+    let (d_in, d_out) = (37, 11);
+    for (placement, bound) in [
+        (Placement::accelerator(Precision::F32), 1e-5),
+        (Placement::accelerator(Precision::F16), 5e-3),
+        (Placement::accelerator(Precision::BF16), 2e-2),
+        (Placement::Cpu, 1e-5),
+    ] {
+        let config = HeteroConfig::cpu_only()
+            .with_placement(OpKind::Matmul, placement)
+            .with_strict(true);
+        let _s = settings(config);
+        let mut result = None;
+        let delta = delta_of(|| result = Some(linear_step::<H>("linear placement", d_in, d_out)));
+        let (inputs, outputs) = result.unwrap();
+        let reference = linear_reference(&inputs, d_in, d_out);
+        for (name, (got, want)) in ["y", "dx", "dw", "db"]
+            .iter()
+            .zip(outputs.iter().zip(&reference))
+        {
+            assert!(
+                got.iter().all(|v| v.is_finite()),
+                "{placement}: {name} not finite"
+            );
+            let err = rel_l2(got, want);
+            assert!(
+                err <= bound,
+                "{placement}: {name} relative L2 {err:.2e} > {bound:.0e}"
+            );
+        }
+        // Forward, input gradient and weight gradient are one matmul each where placed; on the
+        // CPU placement the layer is the CPU backend's own op and no matmul is seen.
+        let expected = match placement {
+            Placement::Cpu => 0,
+            Placement::Accelerator { precision } => {
+                assert_eq!(
+                    delta.get(OpKind::Matmul, Ran::Accelerator(precision)).calls,
+                    3
+                );
+                3
+            }
+        };
+        assert_eq!(
+            delta.total(OpKind::Matmul).calls,
+            expected,
+            "{placement}:\n{delta}"
+        );
+    }
+}

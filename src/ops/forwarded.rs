@@ -1935,8 +1935,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::linear");
-        let _timer = crate::profile::CpuOpTimer::start("linear");
-        <C as ModuleOps<C>>::linear(x, weight, bias)
+        placed::linear::<C, A>(x, weight, bias)
     }
     fn linear_x_backward(
         weight: FloatTensor<Self>,
@@ -1944,8 +1943,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::linear_x_backward");
-        let _timer = crate::profile::CpuOpTimer::start("linear_x_backward");
-        <C as ModuleOps<C>>::linear_x_backward(weight, output_grad)
+        placed::linear_x_backward::<C, A>(weight, output_grad)
     }
     fn linear_weight_backward(
         x: FloatTensor<Self>,
@@ -1953,8 +1951,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::linear_weight_backward");
-        let _timer = crate::profile::CpuOpTimer::start("linear_weight_backward");
-        <C as ModuleOps<C>>::linear_weight_backward(x, output_grad)
+        placed::linear_weight_backward::<C, A>(x, output_grad)
     }
     fn linear_bias_backward(output_grad: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]

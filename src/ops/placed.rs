@@ -2,8 +2,9 @@
 //! says, through [`crate::offload::run`].
 
 use crate::Accelerator;
+use crate::device;
 use crate::offload::{self, PlacedOp};
-use crate::placement::OpKind;
+use crate::placement::{OpKind, Placement};
 use crate::profile::{self, ConvSignature};
 use burn_backend::ops::ConvOptions;
 use burn_backend::tensor::FloatTensor;
@@ -146,5 +147,82 @@ pub(crate) fn float_matmul<C: Backend, A: Accelerator>(
             A::accel_matmul(lhs, rhs)
         },
         move || C::float_matmul(lhs, rhs),
+    )
+}
+
+/// Whether matmuls of `device` are placed on the accelerator: linear layers follow the matmul
+/// placement, so that it covers them too.
+fn matmul_on_accelerator<C: Backend>(device: &C::Device) -> bool {
+    matches!(
+        device::config(device).placement(OpKind::Matmul),
+        Placement::Accelerator { .. }
+    )
+}
+
+/// `x` as a matrix: every leading dimension folded into the rows.
+fn as_matrix<C: Backend>(x: FloatTensor<C>) -> FloatTensor<C> {
+    let shape = x.shape();
+    let cols = shape[shape.num_dims() - 1];
+    let rows = shape.num_elements() / cols.max(1);
+    C::float_reshape(x, Shape::new([rows, cols]))
+}
+
+/// `[..., d_in] x [d_in, d_out] (+ [d_out])`. On the CPU placement it is `C`'s own op; on the
+/// accelerator it is one matmul of the rows of `x` (placed like `float_matmul`), the bias added
+/// on the CPU.
+pub(crate) fn linear<C: Backend, A: Accelerator>(
+    x: FloatTensor<C>,
+    weight: FloatTensor<C>,
+    bias: Option<FloatTensor<C>>,
+) -> FloatTensor<C> {
+    if !matmul_on_accelerator::<C>(&C::float_device(&x)) {
+        let _timer = profile::CpuOpTimer::start("linear");
+        return C::linear(x, weight, bias);
+    }
+    let mut out_shape = x.shape();
+    let last = out_shape.num_dims() - 1;
+    out_shape[last] = weight.shape()[1];
+    let out = float_matmul::<C, A>(as_matrix::<C>(x), weight);
+    let out = match bias {
+        Some(bias) => {
+            let d_out = bias.shape().num_elements();
+            C::float_add(out, C::float_reshape(bias, Shape::new([1, d_out])))
+        }
+        None => out,
+    };
+    C::float_reshape(out, out_shape)
+}
+
+/// Gradient of [`linear`] with respect to `x`: `output_grad · weightᵀ`.
+pub(crate) fn linear_x_backward<C: Backend, A: Accelerator>(
+    weight: FloatTensor<C>,
+    output_grad: FloatTensor<C>,
+) -> FloatTensor<C> {
+    if !matmul_on_accelerator::<C>(&C::float_device(&weight)) {
+        let _timer = profile::CpuOpTimer::start("linear_x_backward");
+        return C::linear_x_backward(weight, output_grad);
+    }
+    let mut x_shape = output_grad.shape();
+    let last = x_shape.num_dims() - 1;
+    x_shape[last] = weight.shape()[0];
+    let grad = float_matmul::<C, A>(
+        as_matrix::<C>(output_grad),
+        C::float_swap_dims(weight, 0, 1),
+    );
+    C::float_reshape(grad, x_shape)
+}
+
+/// Gradient of [`linear`] with respect to the weight: `xᵀ · output_grad`, over all rows.
+pub(crate) fn linear_weight_backward<C: Backend, A: Accelerator>(
+    x: FloatTensor<C>,
+    output_grad: FloatTensor<C>,
+) -> FloatTensor<C> {
+    if !matmul_on_accelerator::<C>(&C::float_device(&x)) {
+        let _timer = profile::CpuOpTimer::start("linear_weight_backward");
+        return C::linear_weight_backward(x, output_grad);
+    }
+    float_matmul::<C, A>(
+        C::float_swap_dims(as_matrix::<C>(x), 0, 1),
+        as_matrix::<C>(output_grad),
     )
 }
