@@ -38,6 +38,9 @@ pub struct Cli {
 pub enum Command {
     /// Train a model (or, with --evaluate, test a checkpoint).
     Train(TrainArgs),
+    /// Time training steps: models × batch sizes × backends, on synthetic data, as one markdown
+    /// table (with ratios to PyTorch's figures given with --torch).
+    Bench(crate::bench::BenchArgs),
 }
 
 /// The models.
@@ -72,7 +75,8 @@ impl ModelName {
         }
     }
 
-    fn name(self) -> String {
+    /// The name `hetero train` takes.
+    pub(crate) fn name(self) -> String {
         match self.resnet_depth() {
             Some(depth) => format!("resnet{depth}"),
             None => "mnist".to_string(),
@@ -252,6 +256,8 @@ pub struct Outcome {
     pub report: TrainReport,
     /// The backend the run used, in words.
     pub backend: String,
+    /// The cells of `hetero bench` (empty for `hetero train`).
+    pub bench: Vec<crate::bench::BenchRow>,
 }
 
 /// The program: parses `args` (the first is the program name) and runs the command. Errors of
@@ -263,8 +269,10 @@ where
 {
     let cli = Cli::try_parse_from(args).map_err(RunError::Flags)?;
     match cli.command {
-        Command::Train(args) => train_command(&args).map_err(|e| RunError::Failed(Box::new(e))),
+        Command::Train(args) => train_command(&args),
+        Command::Bench(args) => crate::bench::bench_command(&args),
     }
+    .map_err(|e| RunError::Failed(Box::new(e)))
 }
 
 /// [`run`]'s failure: bad flags, or a failure of the command.
@@ -423,6 +431,21 @@ fn train_command(args: &TrainArgs) -> Result<Outcome, CliError> {
     let settings = settings(args)?;
     let resume = args.resume.as_deref().map(checkpoint::read).transpose()?;
     let data = load_data(args)?;
+    train_with(args, settings, resume, data)
+}
+
+/// Trains as `args` say on `data` (`hetero bench`'s cells).
+pub(crate) fn train_on(args: &TrainArgs, data: TrainData) -> Result<Outcome, CliError> {
+    let settings = settings(args)?;
+    train_with(args, settings, None, data)
+}
+
+fn train_with(
+    args: &TrainArgs,
+    settings: TrainSettings,
+    resume: Option<Checkpoint>,
+    data: TrainData,
+) -> Result<Outcome, CliError> {
     let mut config = HeteroConfig::default().with_strict(args.strict);
     if let Some(spec) = &args.placement {
         config
@@ -620,7 +643,11 @@ fn run_on<B: AutodiffBackend>(
         }
     };
     let report = fit(model, architecture, &context, &device)?;
-    Ok(Outcome { report, backend })
+    Ok(Outcome {
+        report,
+        backend,
+        bench: Vec::new(),
+    })
 }
 
 fn fit<B, M>(

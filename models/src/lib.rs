@@ -9,10 +9,11 @@
 //! - [`data`]: IDX (MNIST, Fashion-MNIST) and CIFAR-10 readers, the bundled MNIST digits, and a
 //!   batcher with the study's augmentation;
 //! - [`train`]: the trainer (SGD with momentum, schedules, evaluation), with [`checkpoint`]s;
-//! - [`cli`]: the `hetero` command.
+//! - [`cli`]: the `hetero` command; [`bench`]: its step-time matrix.
 
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod chart;
 pub mod checkpoint;
 pub mod cli;

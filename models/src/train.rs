@@ -171,6 +171,8 @@ pub struct TrainReport {
     pub epochs: Vec<EpochReport>,
     /// Median wall time of a training step.
     pub median_step: Duration,
+    /// Wall time of every training step, in order (the first compiles the kernels).
+    pub step_times: Vec<Duration>,
     /// Training examples per second over the training steps.
     pub examples_per_second: f64,
     /// Held-out loss and accuracy of the final model.
@@ -404,6 +406,7 @@ where
     }
 
     let total: Duration = step_times.iter().sum();
+    report.step_times = step_times.clone();
     step_times.sort();
     report.median_step = step_times
         .get(step_times.len() / 2)

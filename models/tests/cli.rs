@@ -380,3 +380,91 @@ fn one_epoch_resnet_run_keeps_the_initial_learning_rate() {
     assert_eq!(outcome.report.epochs.len(), 1);
     assert_eq!(outcome.report.epochs[0].lr, 0.1);
 }
+
+#[test]
+fn bench_times_each_cell_and_compares_with_pytorch() {
+    use burn_hetero_models::bench::BenchBackend;
+    let dir = tempfile::tempdir().unwrap();
+    let torch = dir.path().join("torch.md");
+    std::fs::write(
+        &torch,
+        "bus pinned=True: H2D 53.0 GB/s\n| model | batch | variant | ms/step (median) |\n\
+         |---|---|---|---|\n| mnist_net | 4 | cpu | 5.00 |\n| mnist_net | 4 | gpu | 2.50 |\n\
+         | resnet20 | 32 | cpu | 33.10 |\n",
+    )
+    .unwrap();
+    let table = dir.path().join("bench.md");
+    let (torch_arg, table_arg) = (torch.to_str().unwrap(), table.to_str().unwrap());
+    let bench = |extra: &[&str]| {
+        let mut args = vec![
+            "hetero",
+            "bench",
+            "--models",
+            "mnist",
+            "--batch-sizes",
+            "4",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--accel",
+            "vulkan",
+        ];
+        args.extend_from_slice(extra);
+        run(args)
+    };
+    let outcome = bench(&[
+        "--backends",
+        "cpu-flex,hetero-forward",
+        "--torch",
+        torch_arg,
+        "--output",
+        table_arg,
+    ])
+    .unwrap();
+    let rows = outcome.bench;
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        (rows[0].backend, rows[1].backend),
+        (BenchBackend::CpuFlex, BenchBackend::HeteroForward)
+    );
+    assert!(
+        rows[0].ran_on.starts_with("cpu (flex"),
+        "{}",
+        rows[0].ran_on
+    );
+    assert!(
+        rows[1].ran_on.starts_with("hetero: flex + Vulkan"),
+        "{}",
+        rows[1].ran_on
+    );
+    let written = std::fs::read_to_string(&table).unwrap();
+    assert!(
+        written.contains("| ms/step (median) | × PyTorch cpu | × PyTorch gpu |"),
+        "{written}"
+    );
+    for row in &rows {
+        assert_eq!((row.model.as_str(), row.batch), ("mnist", 4));
+        let ms = row.median.as_ref().unwrap().as_secs_f64() * 1e3;
+        assert!(ms > 0.0);
+        // Each ratio is PyTorch's time over ours.
+        let line = format!("| {ms:.2} | {:.2} | {:.2} |", 5.0 / ms, 2.5 / ms);
+        assert!(written.contains(&line), "{line} not in\n{written}");
+    }
+    // PyTorch's rows for the benched cells only.
+    assert!(
+        written.contains("| mnist | 4 | pytorch-cpu | PyTorch | 5.00 | | |"),
+        "{written}"
+    );
+    assert!(!written.contains("33.10"), "{written}");
+
+    // A bad --torch file fails before any run, naming the file.
+    std::fs::write(&torch, "no table here\n").unwrap();
+    match bench(&["--backends", "cpu-flex", "--torch", torch_arg]) {
+        Err(RunError::Failed(e)) => {
+            assert!(matches!(*e, CliError::Usage(_)), "{e}");
+            assert!(e.to_string().contains("torch.md"), "{e}");
+        }
+        other => panic!("a table-less --torch file was accepted: {other:?}"),
+    }
+}
