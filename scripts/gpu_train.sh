@@ -10,16 +10,17 @@
 #   stripped and xz-ed as carry/conformance.xz, for its `cuda_` tests.
 # There: scripts/gpu_train.sh carry STAGE...   stages, run in the order given:
 #   checks   conformance `cuda_` tests; SASS of our conv kernels (sass_check.py)
-#   steps    ResNet20 (b=128) and MNIST-net step times per backend, and PyTorch's beside them
+#   bench    PyTorch's step times (torch_baselines.py), then `hetero bench` with them beside ours
 #   mnist    the MNIST net, 14 epochs, --backend cpu then --backend hetero (same seed)
-#   profile  --profile runs of the MNIST net (b=64) and ResNet20 (b=128) on the hetero backend
+#   profile  --profile runs of the MNIST net (b=64) and ResNet20 (b=32) on the hetero backend
 #   fashion  ResNet20 on Fashion-MNIST until the call's time runs out, a checkpoint per epoch
 #            under $OUT/ckpt; resumes from carry/resume.ckpt when there is one
 # Settings: MNIST_BACKENDS (default "cpu hetero") picks the mnist stage's runs; FASHION_BACKEND
 # (gpu|hetero, default gpu) and FASHION_EPOCHS (default 10) set the fashion stage; DEADLINE
 # (seconds since the start, default 570) bounds it; AUTOTUNE is CubeCL's autotune level (default
 # minimal); carry/autotune, when there, seeds CubeCL's autotune cache; PROFILE_TIMEOUT (s) bounds
-# each profiled run.
+# each profiled run. The bench stage takes TORCH_MODELS, BENCH_MODELS, BENCH_BACKENDS (comma
+# lists) and BENCH_STEPS, and stops at DEADLINE.
 set -uo pipefail
 dir="$1"
 shift
@@ -50,18 +51,19 @@ for stage in "$@"; do
         python3 "$dir/sass_check.py" "$out/cubecl.log" "$out/sass" | tee "$out/sass.md"
         rm -f "$out/cubecl.log"
         ;;
-    steps)
-        for backend in gpu hetero cpu; do
-            for model in resnet20 mnist; do
-                timeout 150 "$bin" train "$model" --backend "$backend" --accel cuda --epochs 1 \
-                    --steps-per-epoch 25 --quiet > "$out/steps-$model-$backend.txt" 2>&1
-                echo "$model $backend: rc $? $(ms "$out/steps-$model-$backend.txt") ms/step"
-            done
-        done
-        timeout 200 python3 "$dir/torch_baselines.py" --threads 16 --models resnet20,mnist_net \
-            --batches 128 --variants cpu,study,gpu --steps 10 --no-bus > "$out/torch-steps.md" 2>&1
+    bench)
+        # PyTorch's step times first, then `hetero bench` with their table beside ours.
+        timeout 240 python3 "$dir/torch_baselines.py" --threads 16 \
+            --models "${TORCH_MODELS:-resnet20,mnist_net}" --variants cpu,study,gpu --steps 20 \
+            --no-bus > "$out/torch-steps.md" 2>&1
         echo "torch: rc $?"
-        cat "$out/torch-steps.md"
+        left=$(( ${DEADLINE:-570} - SECONDS ))
+        timeout "$left" "$bin" bench --models "${BENCH_MODELS:-mnist,resnet20}" \
+            --backends "${BENCH_BACKENDS:-cpu-flex,hetero-forward,hetero,gpu}" --accel cuda \
+            --steps "${BENCH_STEPS:-20}" --torch "$out/torch-steps.md" --output "$out/bench.md" \
+            > "$out/bench.txt" 2>&1
+        echo "bench: rc $?"
+        cat "$out/bench.md" 2>/dev/null || tail -20 "$out/bench.txt"
         ;;
     mnist)
         for backend in ${MNIST_BACKENDS:-cpu hetero}; do
@@ -73,7 +75,7 @@ for stage in "$@"; do
         ;;
     profile)
         # A profiled hetero run of each model (the first step, which compiles, is left out).
-        for run in "mnist 64" "resnet20 128"; do
+        for run in "mnist 64" "resnet20 32"; do
             set -- $run
             timeout "${PROFILE_TIMEOUT:-150}" "$bin" train "$1" --backend hetero --accel cuda \
                 --epochs 1 --steps-per-epoch 12 --batch-size "$2" --test-batch-size "$2" --quiet --profile \

@@ -2,7 +2,7 @@
 
 use burn_backend::ops::{ConvOptions, FloatTensorOps, ModuleOps};
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{Backend, DType, FloatDType, Shape, TensorData, TensorMetadata};
+use burn_backend::{Backend, DType, FloatDType, Shape, Slice, TensorData, TensorMetadata};
 use burn_cubecl::kernel::conv::{ConvStrategy, conv_data_backward, conv_weight_backward};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
@@ -169,14 +169,27 @@ where
         own_conv2d::<R, F, I, BT>(x, weight, bias, options)
     }
 
+    /// Stride 1, one group: our forward kernel on the output gradient with the weight
+    /// transposed and flipped. Otherwise burn-cubecl's fallback (a transposed conv).
     fn accel_conv2d_x_backward(
         x_shape: Shape,
         weight: FloatTensor<Self>,
         output_grad: FloatTensor<Self>,
         options: ConvOptions<2>,
     ) -> Result<FloatTensor<Self>, String> {
-        // The direct kernel always: on the H200 the autotuned choice returned wrong input
-        // gradients for f16 operands (relative L2 0.57 on 5x5, 1 -> 20 channels, 28x28).
+        if let Some(flipped) = x_grad_as_forward(&weight.shape(), &options) {
+            let weight = Self::float_flip(Self::float_swap_dims(weight, 0, 1), &[2, 3]);
+            let x_grad = own_conv2d::<R, F, I, BT>(output_grad, weight, None, flipped)?;
+            if x_grad.shape() != x_shape {
+                return Err(format!(
+                    "input gradient of shape {:?}, expected {x_shape:?}",
+                    x_grad.shape()
+                ));
+            }
+            return Ok(x_grad);
+        }
+        // The fallback's autotuned choice returned wrong input gradients for f16 operands on
+        // the H200 (relative L2 0.57 on 5x5, 1 -> 20 channels, 28x28): Direct, in f32.
         conv_data_backward::<R, 2>(
             widen::<Self>(output_grad),
             widen::<Self>(weight),
@@ -187,12 +200,48 @@ where
         .map_err(|e| format!("{e:?}"))
     }
 
+    /// One group: our forward kernel with batch and channels swapped in both operands (the
+    /// output gradient is the "weight", the stride becomes the dilation and back). Otherwise
+    /// burn-cubecl's fallback.
     fn accel_conv2d_weight_backward(
         x: FloatTensor<Self>,
         weight_shape: Shape,
         output_grad: FloatTensor<Self>,
         options: ConvOptions<2>,
     ) -> Result<FloatTensor<Self>, String> {
+        if options.groups == 1 {
+            let swapped = ConvOptions::new(options.dilation, options.padding, options.stride, 1);
+            let x = Self::float_swap_dims(x, 0, 1);
+            let output_grad = Self::float_swap_dims(output_grad, 0, 1);
+            // [c_in, c_out, kh', kw'] with kh' >= kh: taps past the kernel are cut off.
+            let grad = own_conv2d::<R, F, I, BT>(x, output_grad, None, swapped)?;
+            let gs = grad.shape();
+            let (o, i, kh, kw) = (
+                weight_shape[0],
+                weight_shape[1],
+                weight_shape[2],
+                weight_shape[3],
+            );
+            if gs[0] != i || gs[1] != o || gs[2] < kh || gs[3] < kw {
+                return Err(format!(
+                    "weight gradient of shape {gs:?} for a weight of {weight_shape:?}"
+                ));
+            }
+            let grad = if gs[2] > kh || gs[3] > kw {
+                Self::float_slice(
+                    grad,
+                    &[
+                        Slice::from(0..i),
+                        Slice::from(0..o),
+                        Slice::from(0..kh),
+                        Slice::from(0..kw),
+                    ],
+                )
+            } else {
+                grad
+            };
+            return Ok(into_contiguous(Self::float_swap_dims(grad, 0, 1)));
+        }
         // The direct kernel (an f32 conv of the swapped operands), like the input gradient.
         conv_weight_backward::<R, 2>(
             widen::<Self>(x),
@@ -203,6 +252,21 @@ where
         )
         .map_err(|e| format!("{e:?}"))
     }
+}
+
+/// The forward conv whose output is the input gradient of a conv with `options` and a weight of
+/// shape `weight` (stride 1, one group): same dilation, padding `dilation * (k - 1) - padding`.
+/// None where that does not apply.
+fn x_grad_as_forward(weight: &Shape, options: &ConvOptions<2>) -> Option<ConvOptions<2>> {
+    if options.groups != 1 || options.stride != [1, 1] {
+        return None;
+    }
+    let mut padding = [0; 2];
+    for i in 0..2 {
+        let reach = options.dilation[i] * (weight[2 + i] - 1);
+        padding[i] = reach.checked_sub(options.padding[i])?;
+    }
+    Some(ConvOptions::new([1, 1], padding, options.dilation, 1))
 }
 
 /// conv2d forward through `burn-hetero-kernels` on the operands' client, into a new f32 tensor.
