@@ -4,6 +4,7 @@ use crate::common::*;
 use crate::diff;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, GridSampleOptions, GridSamplePaddingMode, InterpolateMode};
+use burn::tensor::read_sync;
 use burn::tensor::{
     DType, Distribution, FloatDType, IndexingUpdateOp, Int, IntDType, Scalar, Shape, Tensor,
     TensorData, TensorPrimitive, s,
@@ -1297,4 +1298,59 @@ pub fn run_all() {
             TensorData::new(flags, [3]),
         ]
     });
+}
+
+/// `Hetero<Flex, _>` rewrites binary ops that broadcast over a middle dim (see
+/// `src/ops/broadcast.rs`): each op, both operand orders, against burn-flex's own result, bit for
+/// bit, on shapes the rewrite applies to and shapes it leaves alone.
+pub fn flex_broadcasts_are_identical() {
+    use burn::tensor::ops::FloatTensorOps;
+    type F = burn_flex::Flex;
+    type HF = burn_hetero::Hetero<F, Accel>;
+    let dev = Default::default();
+    let mut rng = rng_for("flex broadcasts");
+    let shapes: [(&[usize], &[usize]); 7] = [
+        (&[4, 6, 5, 3], &[1, 6, 1, 1]), // a batch norm's statistics
+        (&[1, 6, 5, 3], &[1, 6, 1, 1]), // batch 1: nothing to expand
+        (&[3, 4, 7], &[1, 4, 1]),
+        (&[2, 3, 4, 5], &[1, 3, 4, 1]), // a block of two kept dims
+        (&[2, 3, 4, 5], &[2, 3, 1, 1]), // leading dims kept
+        (&[2, 3, 4, 5], &[1, 1, 1, 5]), // a row broadcast: left alone
+        (&[2, 3, 4, 5], &[1, 3, 1, 5]), // kept dims not in one block: left alone
+    ];
+    let ops: [(&str, fn(FloatTensor<F>, FloatTensor<F>) -> FloatTensor<F>); 4] = [
+        ("add", F::float_add),
+        ("sub", F::float_sub),
+        ("mul", F::float_mul),
+        ("div", F::float_div),
+    ];
+    for (full, small) in shapes {
+        let a: Vec<f32> = random_vec(&mut rng, full.iter().product(), -2.0, 2.0);
+        let b: Vec<f32> = random_vec(&mut rng, small.iter().product(), 0.5, 2.0);
+        for (name, op) in ops {
+            for small_first in [false, true] {
+                let (l, r) = if small_first {
+                    ((&b, small), (&a, full))
+                } else {
+                    ((&a, full), (&b, small))
+                };
+                let prim = |(v, s): (&Vec<f32>, &[usize])| TensorData::new(v.clone(), s.to_vec());
+                let read = |t| read_sync(<HF as FloatTensorOps<HF>>::float_into_data(t)).unwrap();
+                let reference = op(
+                    F::float_from_data(prim(l), &dev),
+                    F::float_from_data(prim(r), &dev),
+                );
+                let got = <HF as FloatTensorOps<HF>>::float_from_data(prim(l), &dev);
+                let got = match name {
+                    "add" => HF::float_add(got, HF::float_from_data(prim(r), &dev)),
+                    "sub" => HF::float_sub(got, HF::float_from_data(prim(r), &dev)),
+                    "mul" => HF::float_mul(got, HF::float_from_data(prim(r), &dev)),
+                    _ => HF::float_div(got, HF::float_from_data(prim(r), &dev)),
+                };
+                let case = format!("flex {name} {:?} {:?}", l.1, r.1);
+                let reference = read_sync(F::float_into_data(reference)).unwrap();
+                assert_identical(&case, 0, &read(got), &reference);
+            }
+        }
+    }
 }

@@ -21,6 +21,12 @@ mod differential {
         assert_covered(&["FloatTensorOps::"]);
     }
 
+    /// The rewritten broadcasts of `Hetero<Flex, _>` against burn-flex itself.
+    #[test]
+    fn differential_flex_broadcasts() {
+        crate::diff_float::flex_broadcasts_are_identical();
+    }
+
     #[test]
     fn differential_int_and_bool_ops() {
         let _s = settings(HeteroConfig::cpu_only());

@@ -78,7 +78,7 @@ pub struct BenchArgs {
     /// Seed of the models' initialisation and of the synthetic data.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Also write the table to FILE.
+    /// Also write the table to FILE (rewritten after each cell).
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 }
@@ -214,14 +214,12 @@ pub(crate) fn bench_command(args: &BenchArgs) -> Result<Outcome, CliError> {
     }
     // Read and create first, so that a bad path fails now and not after the runs.
     let torch = args.torch.as_ref().map(read_torch).transpose()?;
-    let output = args
-        .output
-        .as_ref()
-        .map(|path| {
-            std::fs::File::create(path)
-                .map_err(|e| CliError::Output(format!("--output {}: {e}", path.display())))
-        })
-        .transpose()?;
+    let write = |table: &str| match &args.output {
+        Some(path) => std::fs::write(path, table)
+            .map_err(|e| CliError::Output(format!("--output {}: {e}", path.display()))),
+        None => Ok(()),
+    };
+    write("")?;
 
     let mut rows = Vec::new();
     for &model in &args.models {
@@ -253,16 +251,15 @@ pub(crate) fn bench_command(args: &BenchArgs) -> Result<Outcome, CliError> {
                     },
                 };
                 rows.push(row);
+                // The table so far, so that a run cut short keeps its finished cells.
+                write(&table(&rows, torch.as_ref(), args))?;
             }
         }
     }
 
     let table = table(&rows, torch.as_ref(), args);
     println!("\n{table}");
-    if let (Some(mut file), Some(path)) = (output, &args.output) {
-        use std::io::Write;
-        file.write_all(table.as_bytes())
-            .map_err(|e| CliError::Output(format!("--output {}: {e}", path.display())))?;
+    if let Some(path) = &args.output {
         println!("table written to {}", path.display());
     }
     Ok(Outcome {

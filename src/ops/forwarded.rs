@@ -4,6 +4,7 @@
 //! The ops that do real work are routed to [`super::placed`].
 #![allow(unused_mut, clippy::too_many_arguments, clippy::type_complexity)]
 
+use super::broadcast;
 use super::placed;
 use super::rebind::rebind;
 use crate::{Accelerator, Hetero};
@@ -98,7 +99,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_add");
         let _timer = crate::profile::CpuOpTimer::start("float_add");
-        <C as FloatTensorOps<C>>::float_add(lhs, rhs)
+        broadcast::float_add::<C>(lhs, rhs)
     }
     fn float_add_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
@@ -128,7 +129,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sub");
         let _timer = crate::profile::CpuOpTimer::start("float_sub");
-        <C as FloatTensorOps<C>>::float_sub(lhs, rhs)
+        broadcast::float_sub::<C>(lhs, rhs)
     }
     fn float_sub_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
@@ -140,7 +141,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_mul");
         let _timer = crate::profile::CpuOpTimer::start("float_mul");
-        <C as FloatTensorOps<C>>::float_mul(lhs, rhs)
+        broadcast::float_mul::<C>(lhs, rhs)
     }
     fn float_mul_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
@@ -152,7 +153,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_div");
         let _timer = crate::profile::CpuOpTimer::start("float_div");
-        <C as FloatTensorOps<C>>::float_div(lhs, rhs)
+        broadcast::float_div::<C>(lhs, rhs)
     }
     fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]

@@ -1,0 +1,107 @@
+//! Binary float ops whose broadcast burn-flex handles slowly, rewritten as a broadcast it handles
+//! fast. Each element is still one IEEE operation on the same two values, so results are
+//! bit-identical to the plain op.
+//!
+//! burn-flex broadcasts an operand over a middle dimension (a batch norm's `[1, C, 1, 1]` against
+//! `[N, C, H, W]`) through a slow general path: 9.2 ms for `[32, 16, 32, 32] × [1, 16, 1, 1]` on
+//! 2 cores, against 0.26 ms for the same product written as `[N·C, H·W] × [N·C, 1]` (the small
+//! operand first expanded to `[N, C]`, 512 values). burn-ndarray is slower with the rewrite
+//! (5.9 ms against 2.5 ms), so it applies to burn-flex only (`examples/flex_probe.rs`).
+
+use burn_backend::tensor::FloatTensor;
+use burn_backend::{Backend, Shape, TensorMetadata};
+use core::any::TypeId;
+
+/// How a full operand and a broadcast one are seen as matrices: the full one as
+/// `[outer · kept, inner]`, the broadcast one expanded to `[outer, kept]` and reshaped to
+/// `[outer · kept, 1]` (or, with nothing inside the kept block, `[outer, kept]` against `[1, kept]`).
+struct Plan {
+    full: Shape,
+    outer: usize,
+    kept: usize,
+    inner: usize,
+    /// The dims of the broadcast operand expanded to `[.., kept block, ..]` with the inner dims 1.
+    expanded: Shape,
+}
+
+/// A plan when `small` broadcasts against `full` only over leading and trailing dims around one
+/// block of dims it keeps whole; None otherwise (same shapes, or a pattern flex handles well).
+fn plan(full: &Shape, small: &Shape) -> Option<Plan> {
+    let rank = full.num_dims();
+    if small.num_dims() != rank || full == small {
+        return None;
+    }
+    let kept: Vec<usize> = (0..rank).filter(|&i| small[i] != 1).collect();
+    let (&first, &last) = (kept.first()?, kept.last()?);
+    // The kept dims must match the full ones, in one block, with something broadcast inside it
+    // or after it (a broadcast over leading dims only is a row broadcast already).
+    if kept.iter().any(|&i| small[i] != full[i]) || last - first + 1 != kept.len() {
+        return None;
+    }
+    let product = |r: core::ops::Range<usize>| r.map(|i| full[i]).product::<usize>();
+    let (outer, kept_len, inner) = (
+        product(0..first),
+        product(first..last + 1),
+        product(last + 1..rank),
+    );
+    if inner == 1 {
+        return None;
+    }
+    let mut expanded = small.clone();
+    for i in 0..first {
+        expanded[i] = full[i];
+    }
+    Some(Plan {
+        full: full.clone(),
+        outer,
+        kept: kept_len,
+        inner,
+        expanded,
+    })
+}
+
+/// `op(lhs, rhs)`, rewritten when `C` is burn-flex and one operand broadcasts over a middle dim.
+fn binary<C: Backend>(
+    lhs: FloatTensor<C>,
+    rhs: FloatTensor<C>,
+    op: fn(FloatTensor<C>, FloatTensor<C>) -> FloatTensor<C>,
+) -> FloatTensor<C> {
+    if TypeId::of::<C>() != TypeId::of::<burn_flex::Flex>() || lhs.dtype() != rhs.dtype() {
+        return op(lhs, rhs);
+    }
+    let (ls, rs) = (lhs.shape(), rhs.shape());
+    let (small_is_rhs, plan) = match (plan(&ls, &rs), plan(&rs, &ls)) {
+        (Some(p), _) => (true, p),
+        (None, Some(p)) => (false, p),
+        (None, None) => return op(lhs, rhs),
+    };
+    let (full, small) = if small_is_rhs { (lhs, rhs) } else { (rhs, lhs) };
+    let rows = plan.outer * plan.kept;
+    let full = C::float_reshape(full, Shape::new([rows, plan.inner]));
+    let small = C::float_reshape(
+        C::float_expand(small, plan.expanded.clone()),
+        Shape::new([rows, 1]),
+    );
+    let out = if small_is_rhs {
+        op(full, small)
+    } else {
+        op(small, full)
+    };
+    C::float_reshape(out, plan.full)
+}
+
+pub(crate) fn float_add<C: Backend>(lhs: FloatTensor<C>, rhs: FloatTensor<C>) -> FloatTensor<C> {
+    binary::<C>(lhs, rhs, C::float_add)
+}
+
+pub(crate) fn float_sub<C: Backend>(lhs: FloatTensor<C>, rhs: FloatTensor<C>) -> FloatTensor<C> {
+    binary::<C>(lhs, rhs, C::float_sub)
+}
+
+pub(crate) fn float_mul<C: Backend>(lhs: FloatTensor<C>, rhs: FloatTensor<C>) -> FloatTensor<C> {
+    binary::<C>(lhs, rhs, C::float_mul)
+}
+
+pub(crate) fn float_div<C: Backend>(lhs: FloatTensor<C>, rhs: FloatTensor<C>) -> FloatTensor<C> {
+    binary::<C>(lhs, rhs, C::float_div)
+}
