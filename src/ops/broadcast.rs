@@ -6,7 +6,8 @@
 //! `[N, C, H, W]`) through a slow general path: 9.2 ms for `[32, 16, 32, 32] × [1, 16, 1, 1]` on
 //! 2 cores, against 0.26 ms for the same product written as `[N·C, H·W] × [N·C, 1]` (the small
 //! operand first expanded to `[N, C]`, 512 values). burn-ndarray is slower with the rewrite
-//! (5.9 ms against 2.5 ms), so it applies to burn-flex only (`examples/flex_probe.rs`).
+//! (5.9 ms against 2.5 ms), so it applies to burn-flex only (`cargo run --release --example
+//! cpu_broadcast` prints the three).
 
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, Shape, TensorMetadata};
