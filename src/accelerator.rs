@@ -120,7 +120,7 @@ where
     /// and the conv kernel's dense read needs a copy of it again.
     fn accel_upload(data: TensorData, device: &Self::Device) -> Result<FloatTensor<Self>, String> {
         let client = R::client(device);
-        let shape = Shape::from(data.shape.clone());
+        let shape = data.shape.clone();
         let dtype = data.dtype;
         let handle = client.create(data.bytes);
         Ok(CubeTensor::new_contiguous(
