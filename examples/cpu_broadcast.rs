@@ -29,12 +29,14 @@ fn row<B: Backend>(label: &str) {
     let same = mean_ms(|| drop((x.clone() * y.clone()).into_data()));
     let mul = mean_ms(|| drop((x.clone() * c.clone()).into_data()));
     let sub = mean_ms(|| drop((x.clone() - c.clone()).into_data()));
-    println!("| {label} | {same:.3} | {mul:.3} | {sub:.3} |");
+    let mul_first = mean_ms(|| drop((c.clone() * x.clone()).into_data()));
+    let sub_first = mean_ms(|| drop((c.clone() - x.clone()).into_data()));
+    println!("| {label} | {same:.3} | {mul:.3} | {sub:.3} | {mul_first:.3} | {sub_first:.3} |");
 }
 
 fn main() {
     println!("[32, 16, 32, 32] against [32, 16, 32, 32] or [1, 16, 1, 1], ms per op\n");
-    println!("| backend | x * y | x * c | x - c |\n|---|---:|---:|---:|");
+    println!("| backend | x * y | x * c | x - c | c * x | c - x |\n|---|---:|---:|---:|---:|---:|");
     row::<burn_flex::Flex>("burn-flex");
     row::<burn_hetero::NdArray>("burn-ndarray");
     row::<burn_hetero::Hetero<burn_flex::Flex, burn_hetero::VulkanAccelerator>>("Hetero<Flex, _>");

@@ -62,10 +62,13 @@ fn plan(full: &Shape, small: &Shape) -> Option<Plan> {
 }
 
 /// `op(lhs, rhs)`, rewritten when `C` is burn-flex and one operand broadcasts over a middle dim.
+/// burn-flex's fast broadcast paths take the broadcast operand on the right only: a commutative
+/// op (IEEE add and mul are, bit for bit) with the broadcast operand first is run swapped.
 fn binary<C: Backend>(
     lhs: FloatTensor<C>,
     rhs: FloatTensor<C>,
     op: fn(FloatTensor<C>, FloatTensor<C>) -> FloatTensor<C>,
+    commutative: bool,
 ) -> FloatTensor<C> {
     if TypeId::of::<C>() != TypeId::of::<burn_flex::Flex>() || lhs.dtype() != rhs.dtype() {
         return op(lhs, rhs);
@@ -83,7 +86,7 @@ fn binary<C: Backend>(
         C::float_expand(small, plan.expanded.clone()),
         Shape::new([rows, 1]),
     );
-    let out = if small_is_rhs {
+    let out = if small_is_rhs || commutative {
         op(full, small)
     } else {
         op(small, full)
@@ -92,17 +95,17 @@ fn binary<C: Backend>(
 }
 
 pub(crate) fn float_add<C: Backend>(lhs: FloatTensor<C>, rhs: FloatTensor<C>) -> FloatTensor<C> {
-    binary::<C>(lhs, rhs, C::float_add)
+    binary::<C>(lhs, rhs, C::float_add, true)
 }
 
 pub(crate) fn float_sub<C: Backend>(lhs: FloatTensor<C>, rhs: FloatTensor<C>) -> FloatTensor<C> {
-    binary::<C>(lhs, rhs, C::float_sub)
+    binary::<C>(lhs, rhs, C::float_sub, false)
 }
 
 pub(crate) fn float_mul<C: Backend>(lhs: FloatTensor<C>, rhs: FloatTensor<C>) -> FloatTensor<C> {
-    binary::<C>(lhs, rhs, C::float_mul)
+    binary::<C>(lhs, rhs, C::float_mul, true)
 }
 
 pub(crate) fn float_div<C: Backend>(lhs: FloatTensor<C>, rhs: FloatTensor<C>) -> FloatTensor<C> {
-    binary::<C>(lhs, rhs, C::float_div)
+    binary::<C>(lhs, rhs, C::float_div, false)
 }
