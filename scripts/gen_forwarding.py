@@ -7,7 +7,7 @@ Usage: scripts/gen_forwarding.py [BURN_BACKEND_SRC]   (default: burn-backend 0.2
 Writes `src/ops/forwarded.rs` (the trait impls) and `tests/ops_list.txt` (one `Trait::method` per
 line, which the conformance suite checks its coverage against). Methods listed in PLACED are not
 forwarded: their bodies call the named function of `src/ops/placed.rs`, where the real work is;
-those in REWRITTEN call the function of the same name in `src/ops/broadcast.rs`.
+those in REWRITTEN call the named function of `src/ops/broadcast.rs` or `src/ops/layout.rs`.
 Re-run it when Burn is upgraded; the output is committed so that a build needs no Python.
 """
 import glob
@@ -47,9 +47,15 @@ PLACED = {
     "linear_weight_backward": "linear_weight_backward",
 }
 
-# CPU ops that Hetero runs through its own function in crate::ops::broadcast (still on `C`, still
-# timed as CPU ops): binary ops whose broadcast a CPU backend handles slowly.
-REWRITTEN = {"float_add", "float_sub", "float_mul", "float_div"}
+# CPU ops that Hetero runs through its own function (still on `C`, still timed as CPU ops): binary
+# ops whose broadcasts and strided operands a CPU backend handles slowly, reshapes of strided views.
+REWRITTEN = {
+    "float_add": "broadcast::float_add",
+    "float_sub": "broadcast::float_sub",
+    "float_mul": "broadcast::float_mul",
+    "float_div": "broadcast::float_div",
+    "float_reshape": "layout::float_reshape",
+}
 
 
 def skip_string(src, i):
@@ -194,11 +200,14 @@ def render(trait, name, is_async, sig):
             params, rest = sig[1:idx], sig[idx + 1 :].strip()
             break
     args = []
+    floats = []
     for p in split_top(params):
         pat, ty = (x.strip() for x in p.split(":", 1))
         pat = re.sub(r"^mut\s+", "", pat)
         assert "Self>>" not in ty or not any(r in ty for r in REBIND), (name, ty)
         args.append(f"rebind({pat})" if REBIND_RE.match(ty) else pat)
+        if ty == "FloatTensor<Self>":
+            floats.append(pat)
     call_args = ", ".join(args)
     turbofish = ""
     if generics:
@@ -209,7 +218,7 @@ def render(trait, name, is_async, sig):
     if name in PLACED:
         target = f"placed::{PLACED[name]}::<C, A>"
     elif name in REWRITTEN:
-        target = f"broadcast::{name}::<C>"
+        target = f"{REWRITTEN[name]}::<C>"
     else:
         target = f"<C as {trait}<C>>::{name}{turbofish}"
     call = f"{target}({call_args})"
@@ -223,7 +232,13 @@ def render(trait, name, is_async, sig):
     trace = f'        #[cfg(feature = "trace-ops")]\n        crate::trace::hit("{trait}::{name}");\n'
     if name not in PLACED:
         # Placed ops record their own time, per layer.
-        trace += f'        let _timer = crate::profile::CpuOpTimer::start("{name}");\n'
+        if floats:
+            described = ", ".join(f"describe_operand(&{f})" for f in floats)
+            trace += (
+                f'        let _timer = crate::profile::CpuOpTimer::start_with("{name}", || vec![{described}]);\n'
+            )
+        else:
+            trace += f'        let _timer = crate::profile::CpuOpTimer::start("{name}");\n'
     return f"    {head} {{\n{trace}        {call}\n    }}\n"
 
 
@@ -242,8 +257,10 @@ def main():
         "//! The ops that do real work are routed to [`super::placed`].\n",
         "#![allow(unused_mut, clippy::too_many_arguments, clippy::type_complexity)]\n\n",
         "use super::broadcast;\n",
+        "use super::layout;\n",
         "use super::placed;\n",
         "use super::rebind::rebind;\n",
+        "use crate::profile::describe_operand;\n",
         "use crate::{Accelerator, Hetero};\n",
         "use burn_backend::ops::*;\n",
         "use burn_backend::quantization::QuantScheme;\n",

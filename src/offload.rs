@@ -11,6 +11,7 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType, TensorData, TensorMetadata};
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
+use rayon::prelude::*;
 use std::time::Instant;
 
 /// One placed op, as the op functions describe it.
@@ -37,7 +38,7 @@ fn record(op: OpKind, signature: Option<&ConvSignature>, ran: Ran, counters: OpC
             Some(signature) => profile::record_conv(op, signature, ran, counters),
             // Other placed ops (matmul) join the CPU ops when they ran there.
             None if !matches!(ran, Ran::Accelerator(_)) => {
-                profile::record_cpu_op(op.backend_op_name(), counters.cpu)
+                profile::record_cpu_op(op.backend_op_name(), None, counters.cpu)
             }
             None => {}
         }
@@ -212,7 +213,7 @@ fn offload<C: Backend, A: Accelerator>(
 }
 
 /// Converts float data to `dtype`, with vectorised paths for the f32 <-> f16/bf16 casts that
-/// every offloaded op does.
+/// every offloaded op does, split across rayon's threads in chunks.
 pub(crate) fn cast(data: TensorData, dtype: DType) -> TensorData {
     if data.dtype == dtype {
         return data;
@@ -221,28 +222,41 @@ pub(crate) fn cast(data: TensorData, dtype: DType) -> TensorData {
     match (data.dtype, dtype) {
         (DType::F32, DType::F16) => {
             let src = data.as_slice::<f32>().expect("f32 data");
-            let mut dst = vec![f16::ZERO; src.len()];
-            dst.convert_from_f32_slice(src);
-            TensorData::new(dst, shape)
+            TensorData::new(
+                convert(src, f16::ZERO, |d, s| d.convert_from_f32_slice(s)),
+                shape,
+            )
         }
         (DType::F32, DType::BF16) => {
             let src = data.as_slice::<f32>().expect("f32 data");
-            let mut dst = vec![bf16::ZERO; src.len()];
-            dst.convert_from_f32_slice(src);
-            TensorData::new(dst, shape)
+            TensorData::new(
+                convert(src, bf16::ZERO, |d, s| d.convert_from_f32_slice(s)),
+                shape,
+            )
         }
         (DType::F16, DType::F32) => {
             let src = data.as_slice::<f16>().expect("f16 data");
-            let mut dst = vec![0f32; src.len()];
-            src.convert_to_f32_slice(&mut dst);
-            TensorData::new(dst, shape)
+            TensorData::new(convert(src, 0f32, |d, s| s.convert_to_f32_slice(d)), shape)
         }
         (DType::BF16, DType::F32) => {
             let src = data.as_slice::<bf16>().expect("bf16 data");
-            let mut dst = vec![0f32; src.len()];
-            src.convert_to_f32_slice(&mut dst);
-            TensorData::new(dst, shape)
+            TensorData::new(convert(src, 0f32, |d, s| s.convert_to_f32_slice(d)), shape)
         }
         _ => data.convert_dtype(dtype),
     }
+}
+
+/// `src` converted element by element with `convert_chunk(dst, src)`, in chunks across threads.
+fn convert<S: Sync, D: Copy + Send>(
+    src: &[S],
+    zero: D,
+    convert_chunk: impl Fn(&mut [D], &[S]) + Sync,
+) -> Vec<D> {
+    /// Elements per rayon task.
+    const CHUNK: usize = 1 << 14;
+    let mut dst = vec![zero; src.len()];
+    dst.par_chunks_mut(CHUNK)
+        .zip(src.par_chunks(CHUNK))
+        .for_each(|(d, s)| convert_chunk(d, s));
+    dst
 }

@@ -13,6 +13,8 @@
 
 use crate::placement::OpKind;
 use crate::stats::{OpCounters, Ran};
+use burn_backend::TensorMetadata;
+use core::any::Any;
 use core::fmt;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -125,6 +127,19 @@ pub struct CpuOpTime {
     pub time: Duration,
 }
 
+/// The calls and time of one op of the CPU backend on operands of one kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuOpOperands {
+    /// The backend op's name.
+    pub name: &'static str,
+    /// The float operands' shapes, in argument order, marked as [`describe_operand`] says.
+    pub operands: String,
+    /// Calls.
+    pub calls: u64,
+    /// Wall time inside the op.
+    pub time: Duration,
+}
+
 /// A snapshot of the profile, see [`profile`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Profile {
@@ -132,6 +147,9 @@ pub struct Profile {
     pub layers: Vec<LayerPhase>,
     /// The CPU backend's other ops, the most time first.
     pub cpu_ops: Vec<CpuOpTime>,
+    /// The same ops split by their float operands, the most time first: which shapes and
+    /// layouts the time goes to.
+    pub cpu_op_operands: Vec<CpuOpOperands>,
 }
 
 impl Profile {
@@ -200,6 +218,27 @@ impl fmt::Display for Profile {
                 share(rest_time)
             )?;
         }
+        if self.cpu_op_operands.is_empty() {
+            return Ok(());
+        }
+        writeln!(f)?;
+        writeln!(
+            f,
+            "| cpu op (top {OPERAND_ROWS} by operands) | operands | calls | ms per call | ms | share |"
+        )?;
+        writeln!(f, "|---|---|---:|---:|---:|---:|")?;
+        for op in self.cpu_op_operands.iter().take(OPERAND_ROWS) {
+            writeln!(
+                f,
+                "| {} | {} | {} | {:.3} | {:.1} | {:.1}% |",
+                op.name,
+                op.operands,
+                op.calls,
+                ms(op.time) / op.calls.max(1) as f64,
+                ms(op.time),
+                share(op.time)
+            )?;
+        }
         Ok(())
     }
 }
@@ -214,11 +253,15 @@ pub fn phase_name(op: OpKind) -> &'static str {
     }
 }
 
+/// Rows of the per-operand table in the printed profile.
+const OPERAND_ROWS: usize = 25;
+
 #[derive(Default)]
 struct State {
     /// (layer, signature, op, ran) → counters.
     layers: BTreeMap<(usize, ConvSignature, OpKind, Ran), OpCounters>,
     cpu_ops: BTreeMap<&'static str, (u64, Duration)>,
+    cpu_op_operands: BTreeMap<(&'static str, String), (u64, Duration)>,
     /// The current step's forward convs, in order.
     step: Vec<ConvSignature>,
     /// Whether a gradient phase ran since the step began.
@@ -294,7 +337,22 @@ pub fn profile() -> Profile {
             })
             .collect();
         cpu_ops.sort_by(|a, b| b.time.cmp(&a.time).then(a.name.cmp(b.name)));
-        Profile { layers, cpu_ops }
+        let mut cpu_op_operands: Vec<CpuOpOperands> = s
+            .cpu_op_operands
+            .iter()
+            .map(|((name, operands), (calls, time))| CpuOpOperands {
+                name,
+                operands: operands.clone(),
+                calls: *calls,
+                time: *time,
+            })
+            .collect();
+        cpu_op_operands.sort_by(|a, b| b.time.cmp(&a.time).then(a.name.cmp(b.name)));
+        Profile {
+            layers,
+            cpu_ops,
+            cpu_op_operands,
+        }
     })
 }
 
@@ -313,31 +371,60 @@ pub(crate) fn record_conv(op: OpKind, signature: &ConvSignature, ran: Ran, count
     });
 }
 
-pub(crate) fn record_cpu_op(name: &'static str, elapsed: Duration) {
+pub(crate) fn record_cpu_op(name: &'static str, operands: Option<String>, elapsed: Duration) {
     with_state(|s| {
         let entry = s.cpu_ops.entry(name).or_default();
         entry.0 += 1;
         entry.1 += elapsed;
+        if let Some(operands) = operands {
+            let entry = s.cpu_op_operands.entry((name, operands)).or_default();
+            entry.0 += 1;
+            entry.1 += elapsed;
+        }
     });
+}
+
+/// One float operand as the profile names it: its shape, `(strided)` when burn-flex holds it in a
+/// non-contiguous layout (its slow paths), `(shared)` when its buffer is also held elsewhere
+/// (burn-flex then cannot write the result in place). Other backends' layouts are not visible here.
+pub(crate) fn describe_operand<T: TensorMetadata + 'static>(tensor: &T) -> String {
+    let flex = (tensor as &dyn Any).downcast_ref::<burn_flex::FlexTensor>();
+    let dims: Vec<String> = tensor.shape().iter().map(|d| d.to_string()).collect();
+    let mut text = format!("[{}]", dims.join(","));
+    if flex.is_some_and(|t| !t.is_contiguous()) {
+        text.push_str(" (strided)");
+    }
+    if flex.is_some_and(|t| !t.is_unique()) {
+        text.push_str(" (shared)");
+    }
+    text
 }
 
 /// Times one op of the CPU backend while profiling is on (a no-op otherwise).
 pub(crate) struct CpuOpTimer {
-    started: Option<(&'static str, Instant)>,
+    started: Option<(&'static str, Option<String>, Instant)>,
 }
 
 impl CpuOpTimer {
     pub(crate) fn start(name: &'static str) -> Self {
         Self {
-            started: profiling().then(|| (name, Instant::now())),
+            started: profiling().then(|| (name, None, Instant::now())),
+        }
+    }
+
+    /// Like [`Self::start`], also recording the op's float operands (`describe` runs only
+    /// while profiling).
+    pub(crate) fn start_with(name: &'static str, describe: impl FnOnce() -> Vec<String>) -> Self {
+        Self {
+            started: profiling().then(|| (name, Some(describe().join(" · ")), Instant::now())),
         }
     }
 }
 
 impl Drop for CpuOpTimer {
     fn drop(&mut self) {
-        if let Some((name, start)) = self.started {
-            record_cpu_op(name, start.elapsed());
+        if let Some((name, operands, start)) = self.started.take() {
+            record_cpu_op(name, operands, start.elapsed());
         }
     }
 }

@@ -1356,3 +1356,131 @@ pub fn flex_broadcasts_are_identical() {
         }
     }
 }
+
+/// `Hetero<Flex, _>` copies strided views into contiguous buffers before burn-flex's binary ops
+/// and reshapes see them (`src/ops/layout.rs`) and runs large f32 binary ops across threads,
+/// in place when an operand's buffer is its own (`src/ops/elementwise.rs`). Against burn-flex
+/// itself, bit for bit: permuted and narrowed views on either side, operands large enough for
+/// the threaded path and small ones, held elsewhere or not; a held operand must be left as it was.
+pub fn flex_layouts_are_identical() {
+    type F = burn_flex::Flex;
+    type HF = burn_hetero::Hetero<F, Accel>;
+    let mut rng = rng_for("flex layouts");
+    /// How an operand is made from its values.
+    #[derive(Clone, Copy, Debug)]
+    enum View {
+        /// Contiguous `[a, b, h, w]`.
+        Dense,
+        /// Stored `[b, a, h, w]`, dims 0 and 1 swapped (batch norm's gradient views).
+        Permuted,
+        /// Stored `[a, b, h, w + 8]`, narrowed to `w` columns from column 5.
+        Narrowed,
+        /// Stored `[a, b, w, h]`, dims 2 and 3 swapped: no contiguous blocks, left to burn-flex.
+        InnerSwapped,
+    }
+    fn make<B: Backend>(values: &[f32], dims: [usize; 4], view: View) -> Tensor<B, 4> {
+        let [a, b, h, w] = dims;
+        let dev = Default::default();
+        let stored =
+            |s: [usize; 4]| Tensor::<B, 4>::from_data(TensorData::new(values.to_vec(), s), &dev);
+        match view {
+            View::Dense => stored(dims),
+            View::Permuted => stored([b, a, h, w]).swap_dims(0, 1),
+            View::Narrowed => stored([a, b, h, w + 8]).narrow(3, 5, w),
+            View::InnerSwapped => stored([a, b, w, h]).swap_dims(2, 3),
+        }
+    }
+    fn stored_len(dims: [usize; 4], view: View) -> usize {
+        let n: usize = dims.iter().product();
+        match view {
+            View::Narrowed => n / dims[3] * (dims[3] + 8),
+            _ => n,
+        }
+    }
+    fn apply<B: Backend>(op: &str, l: Tensor<B, 4>, r: Tensor<B, 4>) -> Tensor<B, 4> {
+        match op {
+            "add" => l + r,
+            "sub" => l - r,
+            "mul" => l * r,
+            _ => l / r,
+        }
+    }
+    let views = [
+        View::Dense,
+        View::Permuted,
+        View::Narrowed,
+        View::InnerSwapped,
+    ];
+    // [4, 16, 32, 32] has 65 536 values, enough for the threaded path; the others are not.
+    for dims in [[4, 16, 32, 32], [3, 2, 5, 7], [2, 3, 4, 40]] {
+        for (lv, rv) in views
+            .iter()
+            .flat_map(|&l| views.iter().map(move |&r| (l, r)))
+        {
+            let a = random_vec(&mut rng, stored_len(dims, lv), -2.0, 2.0);
+            let b = random_vec(&mut rng, stored_len(dims, rv), 0.5, 2.0);
+            for op in ["add", "sub", "mul", "div"] {
+                for held in [false, true] {
+                    let case = format!("{op} {dims:?} {lv:?} {rv:?} held {held}");
+                    let reference =
+                        apply(op, make::<F>(&a, dims, lv), make::<F>(&b, dims, rv)).into_data();
+                    let (l, r) = (make::<HF>(&a, dims, lv), make::<HF>(&b, dims, rv));
+                    let kept = held.then(|| (l.clone(), r.clone()));
+                    let got = apply(op, l, r).into_data();
+                    assert_identical(&case, 0, &got, &reference);
+                    if let Some((l, r)) = kept {
+                        let before = (make::<F>(&a, dims, lv), make::<F>(&b, dims, rv));
+                        assert_identical(&case, 1, &l.into_data(), &before.0.into_data());
+                        assert_identical(&case, 2, &r.into_data(), &before.1.into_data());
+                    }
+                }
+            }
+        }
+        // Broadcasts against a [1, C, 1, 1] operand (either side) on the threaded path too.
+        let [_, c, _, _] = dims;
+        let small = random_vec(&mut rng, c, 0.5, 2.0);
+        let small_of = |s: &[f32]| TensorData::new(s.to_vec(), [1, c, 1, 1]);
+        for view in views {
+            let a = random_vec(&mut rng, stored_len(dims, view), -2.0, 2.0);
+            for op in ["add", "sub", "mul", "div"] {
+                for small_first in [false, true] {
+                    let case =
+                        format!("{op} {dims:?} {view:?} against [1, C, 1, 1], first {small_first}");
+                    let run = |full_f: Tensor<F, 4>, full_h: Tensor<HF, 4>| {
+                        let (sf, sh) = (
+                            Tensor::<F, 4>::from_data(small_of(&small), &Default::default()),
+                            Tensor::<HF, 4>::from_data(small_of(&small), &Default::default()),
+                        );
+                        if small_first {
+                            (
+                                apply(op, sf, full_f).into_data(),
+                                apply(op, sh, full_h).into_data(),
+                            )
+                        } else {
+                            (
+                                apply(op, full_f, sf).into_data(),
+                                apply(op, full_h, sh).into_data(),
+                            )
+                        }
+                    };
+                    let (reference, got) =
+                        run(make::<F>(&a, dims, view), make::<HF>(&a, dims, view));
+                    assert_identical(&case, 0, &got, &reference);
+                }
+            }
+            // Reshapes of each view, to a flat vector and to rows.
+            fn reshaped<B: Backend>(t: Tensor<B, 4>, dims: [usize; 4]) -> [TensorData; 2] {
+                let [n0, n1, n2, n3] = dims;
+                [
+                    t.clone().reshape([n0 * n1 * n2 * n3]).into_data(),
+                    t.reshape([n0, n1 * n2 * n3]).into_data(),
+                ]
+            }
+            let got = reshaped(make::<HF>(&a, dims, view), dims);
+            let reference = reshaped(make::<F>(&a, dims, view), dims);
+            for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
+                assert_identical(&format!("reshape {dims:?} {view:?}"), i, g, r);
+            }
+        }
+    }
+}

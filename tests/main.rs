@@ -27,6 +27,12 @@ mod differential {
         crate::diff_float::flex_broadcasts_are_identical();
     }
 
+    /// Strided views and the threaded binary ops of `Hetero<Flex, _>` against burn-flex itself.
+    #[test]
+    fn differential_flex_layouts() {
+        crate::diff_float::flex_layouts_are_identical();
+    }
+
     #[test]
     fn differential_int_and_bool_ops() {
         let _s = settings(HeteroConfig::cpu_only());

@@ -9,6 +9,8 @@
 //! (5.9 ms against 2.5 ms), so it applies to burn-flex only (`cargo run --release --example
 //! cpu_broadcast` prints the three).
 
+use super::elementwise::{self, BinaryKind};
+use super::layout;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, Shape, TensorMetadata};
 use core::any::TypeId;
@@ -61,23 +63,27 @@ fn plan(full: &Shape, small: &Shape) -> Option<Plan> {
     })
 }
 
-/// `op(lhs, rhs)`, rewritten when `C` is burn-flex and one operand broadcasts over a middle dim.
-/// burn-flex's fast broadcast paths take the broadcast operand on the right only: a commutative
-/// op (IEEE add and mul are, bit for bit) with the broadcast operand first is run swapped.
+/// `lhs ∘ rhs`, rewritten when `C` is burn-flex: strided operands made contiguous
+/// ([`layout`]), a broadcast over a middle dim seen as a row broadcast, large f32 operands run
+/// across threads ([`elementwise`]). burn-flex's fast broadcast paths take the broadcast operand
+/// on the right only: a commutative op (IEEE add and mul are, bit for bit) with the broadcast
+/// operand first is run swapped.
 fn binary<C: Backend>(
+    kind: BinaryKind,
     lhs: FloatTensor<C>,
     rhs: FloatTensor<C>,
-    op: fn(FloatTensor<C>, FloatTensor<C>) -> FloatTensor<C>,
-    commutative: bool,
 ) -> FloatTensor<C> {
     if TypeId::of::<C>() != TypeId::of::<burn_flex::Flex>() || lhs.dtype() != rhs.dtype() {
-        return op(lhs, rhs);
+        return kind.on::<C>(lhs, rhs);
     }
+    let (lhs, rhs) = (layout::contiguous::<C>(lhs), layout::contiguous::<C>(rhs));
+    let run =
+        |l, r| elementwise::binary::<C>(kind, l, r).unwrap_or_else(|(l, r)| kind.on::<C>(l, r));
     let (ls, rs) = (lhs.shape(), rhs.shape());
     let (small_is_rhs, plan) = match (plan(&ls, &rs), plan(&rs, &ls)) {
         (Some(p), _) => (true, p),
         (None, Some(p)) => (false, p),
-        (None, None) => return op(lhs, rhs),
+        (None, None) => return run(lhs, rhs),
     };
     let (full, small) = if small_is_rhs { (lhs, rhs) } else { (rhs, lhs) };
     let rows = plan.outer * plan.kept;
@@ -86,26 +92,26 @@ fn binary<C: Backend>(
         C::float_expand(small, plan.expanded.clone()),
         Shape::new([rows, 1]),
     );
-    let out = if small_is_rhs || commutative {
-        op(full, small)
+    let out = if small_is_rhs || kind.commutative() {
+        run(full, small)
     } else {
-        op(small, full)
+        run(small, full)
     };
     C::float_reshape(out, plan.full)
 }
 
 pub(crate) fn float_add<C: Backend>(lhs: FloatTensor<C>, rhs: FloatTensor<C>) -> FloatTensor<C> {
-    binary::<C>(lhs, rhs, C::float_add, true)
+    binary::<C>(BinaryKind::Add, lhs, rhs)
 }
 
 pub(crate) fn float_sub<C: Backend>(lhs: FloatTensor<C>, rhs: FloatTensor<C>) -> FloatTensor<C> {
-    binary::<C>(lhs, rhs, C::float_sub, false)
+    binary::<C>(BinaryKind::Sub, lhs, rhs)
 }
 
 pub(crate) fn float_mul<C: Backend>(lhs: FloatTensor<C>, rhs: FloatTensor<C>) -> FloatTensor<C> {
-    binary::<C>(lhs, rhs, C::float_mul, true)
+    binary::<C>(BinaryKind::Mul, lhs, rhs)
 }
 
 pub(crate) fn float_div<C: Backend>(lhs: FloatTensor<C>, rhs: FloatTensor<C>) -> FloatTensor<C> {
-    binary::<C>(lhs, rhs, C::float_div, false)
+    binary::<C>(BinaryKind::Div, lhs, rhs)
 }

@@ -5,8 +5,10 @@
 #![allow(unused_mut, clippy::too_many_arguments, clippy::type_complexity)]
 
 use super::broadcast;
+use super::layout;
 use super::placed;
 use super::rebind::rebind;
+use crate::profile::describe_operand;
 use crate::{Accelerator, Hetero};
 use burn_backend::ops::*;
 use burn_backend::quantization::QuantScheme;
@@ -62,7 +64,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_into_data");
-        let _timer = crate::profile::CpuOpTimer::start("float_into_data");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_into_data", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_into_data(tensor)
     }
     fn float_device(tensor: &FloatTensor<Self>) -> Device<Self> {
@@ -74,13 +78,17 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     fn float_to_device(tensor: FloatTensor<Self>, device: &Device<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_to_device");
-        let _timer = crate::profile::CpuOpTimer::start("float_to_device");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_to_device", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_to_device(tensor, device)
     }
     fn float_into_int(tensor: FloatTensor<Self>, out_dtype: IntDType) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_into_int");
-        let _timer = crate::profile::CpuOpTimer::start("float_into_int");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_into_int", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_into_int(tensor, out_dtype)
     }
     fn float_empty(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
@@ -92,85 +100,113 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     fn float_repeat_dim(tensor: FloatTensor<Self>, dim: usize, times: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_repeat_dim");
-        let _timer = crate::profile::CpuOpTimer::start("float_repeat_dim");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_repeat_dim", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_repeat_dim(tensor, dim, times)
     }
     fn float_add(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_add");
-        let _timer = crate::profile::CpuOpTimer::start("float_add");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_add", || {
+            vec![describe_operand(&lhs), describe_operand(&rhs)]
+        });
         broadcast::float_add::<C>(lhs, rhs)
     }
     fn float_add_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_add_scalar");
-        let _timer = crate::profile::CpuOpTimer::start("float_add_scalar");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_add_scalar", || {
+            vec![describe_operand(&lhs)]
+        });
         <C as FloatTensorOps<C>>::float_add_scalar(lhs, rhs)
     }
     fn float_clamp_min(tensor: FloatTensor<Self>, min: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_clamp_min");
-        let _timer = crate::profile::CpuOpTimer::start("float_clamp_min");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_clamp_min", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_clamp_min(tensor, min)
     }
     fn float_clamp_max(tensor: FloatTensor<Self>, max: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_clamp_max");
-        let _timer = crate::profile::CpuOpTimer::start("float_clamp_max");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_clamp_max", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_clamp_max(tensor, max)
     }
     fn float_clamp(tensor: FloatTensor<Self>, min: Scalar, max: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_clamp");
-        let _timer = crate::profile::CpuOpTimer::start("float_clamp");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_clamp", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_clamp(tensor, min, max)
     }
     fn float_sub(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sub");
-        let _timer = crate::profile::CpuOpTimer::start("float_sub");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_sub", || {
+            vec![describe_operand(&lhs), describe_operand(&rhs)]
+        });
         broadcast::float_sub::<C>(lhs, rhs)
     }
     fn float_sub_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sub_scalar");
-        let _timer = crate::profile::CpuOpTimer::start("float_sub_scalar");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_sub_scalar", || {
+            vec![describe_operand(&lhs)]
+        });
         <C as FloatTensorOps<C>>::float_sub_scalar(lhs, rhs)
     }
     fn float_mul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_mul");
-        let _timer = crate::profile::CpuOpTimer::start("float_mul");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_mul", || {
+            vec![describe_operand(&lhs), describe_operand(&rhs)]
+        });
         broadcast::float_mul::<C>(lhs, rhs)
     }
     fn float_mul_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_mul_scalar");
-        let _timer = crate::profile::CpuOpTimer::start("float_mul_scalar");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_mul_scalar", || {
+            vec![describe_operand(&lhs)]
+        });
         <C as FloatTensorOps<C>>::float_mul_scalar(lhs, rhs)
     }
     fn float_div(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_div");
-        let _timer = crate::profile::CpuOpTimer::start("float_div");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_div", || {
+            vec![describe_operand(&lhs), describe_operand(&rhs)]
+        });
         broadcast::float_div::<C>(lhs, rhs)
     }
     fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_div_scalar");
-        let _timer = crate::profile::CpuOpTimer::start("float_div_scalar");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_div_scalar", || {
+            vec![describe_operand(&lhs)]
+        });
         <C as FloatTensorOps<C>>::float_div_scalar(lhs, rhs)
     }
     fn float_remainder(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_remainder");
-        let _timer = crate::profile::CpuOpTimer::start("float_remainder");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_remainder", || {
+            vec![describe_operand(&lhs), describe_operand(&rhs)]
+        });
         <C as FloatTensorOps<C>>::float_remainder(lhs, rhs)
     }
     fn float_remainder_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_remainder_scalar");
-        let _timer = crate::profile::CpuOpTimer::start("float_remainder_scalar");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_remainder_scalar", || {
+            vec![describe_operand(&lhs)]
+        });
         <C as FloatTensorOps<C>>::float_remainder_scalar(lhs, rhs)
     }
     fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -185,50 +221,65 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cross");
-        let _timer = crate::profile::CpuOpTimer::start("float_cross");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_cross", || {
+            vec![describe_operand(&lhs), describe_operand(&rhs)]
+        });
         <C as FloatTensorOps<C>>::float_cross(lhs, rhs, dim)
     }
     fn float_neg(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_neg");
-        let _timer = crate::profile::CpuOpTimer::start("float_neg");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("float_neg", || vec![describe_operand(&tensor)]);
         <C as FloatTensorOps<C>>::float_neg(tensor)
     }
     fn float_recip(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_recip");
-        let _timer = crate::profile::CpuOpTimer::start("float_recip");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_recip", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_recip(tensor)
     }
     fn float_transpose(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_transpose");
-        let _timer = crate::profile::CpuOpTimer::start("float_transpose");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_transpose", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_transpose(tensor)
     }
     fn float_swap_dims(tensor: FloatTensor<Self>, dim1: usize, dim2: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_swap_dims");
-        let _timer = crate::profile::CpuOpTimer::start("float_swap_dims");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_swap_dims", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_swap_dims(tensor, dim1, dim2)
     }
     fn float_permute(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_permute");
-        let _timer = crate::profile::CpuOpTimer::start("float_permute");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_permute", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_permute(tensor, axes)
     }
     fn float_flip(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_flip");
-        let _timer = crate::profile::CpuOpTimer::start("float_flip");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_flip", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_flip(tensor, axes)
     }
     fn float_reshape(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_reshape");
-        let _timer = crate::profile::CpuOpTimer::start("float_reshape");
-        <C as FloatTensorOps<C>>::float_reshape(tensor, shape)
+        let _timer = crate::profile::CpuOpTimer::start_with("float_reshape", || {
+            vec![describe_operand(&tensor)]
+        });
+        layout::float_reshape::<C>(tensor, shape)
     }
     fn float_gather(
         dim: usize,
@@ -237,7 +288,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_gather");
-        let _timer = crate::profile::CpuOpTimer::start("float_gather");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_gather", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_gather(dim, tensor, indices)
     }
     fn float_scatter_add(
@@ -248,7 +301,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_scatter_add");
-        let _timer = crate::profile::CpuOpTimer::start("float_scatter_add");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_scatter_add", || {
+            vec![describe_operand(&tensor), describe_operand(&value)]
+        });
         <C as FloatTensorOps<C>>::float_scatter_add(dim, tensor, indices, value)
     }
     fn float_scatter_nd(
@@ -259,13 +314,17 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_scatter_nd");
-        let _timer = crate::profile::CpuOpTimer::start("float_scatter_nd");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_scatter_nd", || {
+            vec![describe_operand(&_data), describe_operand(&_values)]
+        });
         <C as FloatTensorOps<C>>::float_scatter_nd(_data, _indices, _values, _reduction)
     }
     fn float_gather_nd(_data: FloatTensor<Self>, _indices: IntTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_gather_nd");
-        let _timer = crate::profile::CpuOpTimer::start("float_gather_nd");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_gather_nd", || {
+            vec![describe_operand(&_data)]
+        });
         <C as FloatTensorOps<C>>::float_gather_nd(_data, _indices)
     }
     fn float_select(
@@ -275,7 +334,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_select");
-        let _timer = crate::profile::CpuOpTimer::start("float_select");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_select", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_select(tensor, dim, indices)
     }
     fn float_select_add(
@@ -286,13 +347,17 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_select_add");
-        let _timer = crate::profile::CpuOpTimer::start("float_select_add");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_select_add", || {
+            vec![describe_operand(&tensor), describe_operand(&value)]
+        });
         <C as FloatTensorOps<C>>::float_select_add(tensor, dim, indices, value)
     }
     fn float_slice(tensor: FloatTensor<Self>, slices: &[Slice]) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_slice");
-        let _timer = crate::profile::CpuOpTimer::start("float_slice");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_slice", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_slice(tensor, slices)
     }
     fn float_slice_assign(
@@ -302,7 +367,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_slice_assign");
-        let _timer = crate::profile::CpuOpTimer::start("float_slice_assign");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_slice_assign", || {
+            vec![describe_operand(&tensor), describe_operand(&value)]
+        });
         <C as FloatTensorOps<C>>::float_slice_assign(tensor, slices, value)
     }
     fn float_mask_where(
@@ -312,7 +379,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_mask_where");
-        let _timer = crate::profile::CpuOpTimer::start("float_mask_where");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_mask_where", || {
+            vec![describe_operand(&tensor), describe_operand(&value)]
+        });
         <C as FloatTensorOps<C>>::float_mask_where(tensor, mask, value)
     }
     fn float_mask_fill(
@@ -322,7 +391,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_mask_fill");
-        let _timer = crate::profile::CpuOpTimer::start("float_mask_fill");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_mask_fill", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_mask_fill(tensor, mask, value)
     }
     fn float_equal(
@@ -332,7 +403,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_equal");
-        let _timer = crate::profile::CpuOpTimer::start("float_equal");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_equal", || {
+            vec![describe_operand(&lhs), describe_operand(&rhs)]
+        });
         <C as FloatTensorOps<C>>::float_equal(lhs, rhs, out_dtype)
     }
     fn float_not_equal(
@@ -342,7 +415,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_not_equal");
-        let _timer = crate::profile::CpuOpTimer::start("float_not_equal");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_not_equal", || {
+            vec![describe_operand(&lhs), describe_operand(&rhs)]
+        });
         <C as FloatTensorOps<C>>::float_not_equal(lhs, rhs, out_dtype)
     }
     fn float_equal_elem(
@@ -352,7 +427,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_equal_elem");
-        let _timer = crate::profile::CpuOpTimer::start("float_equal_elem");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_equal_elem", || {
+            vec![describe_operand(&lhs)]
+        });
         <C as FloatTensorOps<C>>::float_equal_elem(lhs, rhs, out_dtype)
     }
     fn float_not_equal_elem(
@@ -362,7 +439,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_not_equal_elem");
-        let _timer = crate::profile::CpuOpTimer::start("float_not_equal_elem");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_not_equal_elem", || {
+            vec![describe_operand(&lhs)]
+        });
         <C as FloatTensorOps<C>>::float_not_equal_elem(lhs, rhs, out_dtype)
     }
     fn float_greater(
@@ -372,7 +451,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_greater");
-        let _timer = crate::profile::CpuOpTimer::start("float_greater");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_greater", || {
+            vec![describe_operand(&lhs), describe_operand(&rhs)]
+        });
         <C as FloatTensorOps<C>>::float_greater(lhs, rhs, out_dtype)
     }
     fn float_greater_elem(
@@ -382,7 +463,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_greater_elem");
-        let _timer = crate::profile::CpuOpTimer::start("float_greater_elem");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_greater_elem", || {
+            vec![describe_operand(&lhs)]
+        });
         <C as FloatTensorOps<C>>::float_greater_elem(lhs, rhs, out_dtype)
     }
     fn float_greater_equal(
@@ -392,7 +475,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_greater_equal");
-        let _timer = crate::profile::CpuOpTimer::start("float_greater_equal");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_greater_equal", || {
+            vec![describe_operand(&lhs), describe_operand(&rhs)]
+        });
         <C as FloatTensorOps<C>>::float_greater_equal(lhs, rhs, out_dtype)
     }
     fn float_greater_equal_elem(
@@ -402,7 +487,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_greater_equal_elem");
-        let _timer = crate::profile::CpuOpTimer::start("float_greater_equal_elem");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_greater_equal_elem", || {
+            vec![describe_operand(&lhs)]
+        });
         <C as FloatTensorOps<C>>::float_greater_equal_elem(lhs, rhs, out_dtype)
     }
     fn float_lower(
@@ -412,7 +499,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_lower");
-        let _timer = crate::profile::CpuOpTimer::start("float_lower");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_lower", || {
+            vec![describe_operand(&lhs), describe_operand(&rhs)]
+        });
         <C as FloatTensorOps<C>>::float_lower(lhs, rhs, out_dtype)
     }
     fn float_lower_elem(
@@ -422,7 +511,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_lower_elem");
-        let _timer = crate::profile::CpuOpTimer::start("float_lower_elem");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_lower_elem", || {
+            vec![describe_operand(&lhs)]
+        });
         <C as FloatTensorOps<C>>::float_lower_elem(lhs, rhs, out_dtype)
     }
     fn float_lower_equal(
@@ -432,7 +523,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_lower_equal");
-        let _timer = crate::profile::CpuOpTimer::start("float_lower_equal");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_lower_equal", || {
+            vec![describe_operand(&lhs), describe_operand(&rhs)]
+        });
         <C as FloatTensorOps<C>>::float_lower_equal(lhs, rhs, out_dtype)
     }
     fn float_lower_equal_elem(
@@ -442,19 +535,25 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_lower_equal_elem");
-        let _timer = crate::profile::CpuOpTimer::start("float_lower_equal_elem");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_lower_equal_elem", || {
+            vec![describe_operand(&lhs)]
+        });
         <C as FloatTensorOps<C>>::float_lower_equal_elem(lhs, rhs, out_dtype)
     }
     fn float_detach(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_detach");
-        let _timer = crate::profile::CpuOpTimer::start("float_detach");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_detach", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_detach(tensor)
     }
     fn float_set_require_grad(tensor: FloatTensor<Self>, _require_grad: bool) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_set_require_grad");
-        let _timer = crate::profile::CpuOpTimer::start("float_set_require_grad");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_set_require_grad", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_set_require_grad(tensor, _require_grad)
     }
     fn float_is_require_grad(_tensor: &FloatTensor<Self>) -> bool {
@@ -466,241 +565,312 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     fn float_sum(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sum");
-        let _timer = crate::profile::CpuOpTimer::start("float_sum");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("float_sum", || vec![describe_operand(&tensor)]);
         <C as FloatTensorOps<C>>::float_sum(tensor)
     }
     fn float_sum_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sum_dim");
-        let _timer = crate::profile::CpuOpTimer::start("float_sum_dim");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_sum_dim", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_sum_dim(tensor, dim)
     }
     fn float_prod(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_prod");
-        let _timer = crate::profile::CpuOpTimer::start("float_prod");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_prod", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_prod(tensor)
     }
     fn float_prod_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_prod_dim");
-        let _timer = crate::profile::CpuOpTimer::start("float_prod_dim");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_prod_dim", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_prod_dim(tensor, dim)
     }
     fn float_mean(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_mean");
-        let _timer = crate::profile::CpuOpTimer::start("float_mean");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_mean", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_mean(tensor)
     }
     fn float_mean_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_mean_dim");
-        let _timer = crate::profile::CpuOpTimer::start("float_mean_dim");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_mean_dim", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_mean_dim(tensor, dim)
     }
     fn float_cumsum(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cumsum");
-        let _timer = crate::profile::CpuOpTimer::start("float_cumsum");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_cumsum", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_cumsum(tensor, dim)
     }
     fn float_cumprod(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cumprod");
-        let _timer = crate::profile::CpuOpTimer::start("float_cumprod");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_cumprod", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_cumprod(tensor, dim)
     }
     fn float_cummin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cummin");
-        let _timer = crate::profile::CpuOpTimer::start("float_cummin");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_cummin", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_cummin(tensor, dim)
     }
     fn float_cummax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cummax");
-        let _timer = crate::profile::CpuOpTimer::start("float_cummax");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_cummax", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_cummax(tensor, dim)
     }
     fn float_cast(tensor: FloatTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cast");
-        let _timer = crate::profile::CpuOpTimer::start("float_cast");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_cast", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_cast(tensor, dtype)
     }
     fn float_exp(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_exp");
-        let _timer = crate::profile::CpuOpTimer::start("float_exp");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("float_exp", || vec![describe_operand(&tensor)]);
         <C as FloatTensorOps<C>>::float_exp(tensor)
     }
     fn float_log(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_log");
-        let _timer = crate::profile::CpuOpTimer::start("float_log");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("float_log", || vec![describe_operand(&tensor)]);
         <C as FloatTensorOps<C>>::float_log(tensor)
     }
     fn float_log1p(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_log1p");
-        let _timer = crate::profile::CpuOpTimer::start("float_log1p");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_log1p", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_log1p(tensor)
     }
     fn float_powf(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_powf");
-        let _timer = crate::profile::CpuOpTimer::start("float_powf");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_powf", || {
+            vec![describe_operand(&lhs), describe_operand(&rhs)]
+        });
         <C as FloatTensorOps<C>>::float_powf(lhs, rhs)
     }
     fn float_powi(lhs: FloatTensor<Self>, rhs: IntTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_powi");
-        let _timer = crate::profile::CpuOpTimer::start("float_powi");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("float_powi", || vec![describe_operand(&lhs)]);
         <C as FloatTensorOps<C>>::float_powi(lhs, rhs)
     }
     fn float_powi_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_powi_scalar");
-        let _timer = crate::profile::CpuOpTimer::start("float_powi_scalar");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_powi_scalar", || {
+            vec![describe_operand(&lhs)]
+        });
         <C as FloatTensorOps<C>>::float_powi_scalar(lhs, rhs)
     }
     fn float_powi_scalar_impl(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_powi_scalar_impl");
-        let _timer = crate::profile::CpuOpTimer::start("float_powi_scalar_impl");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_powi_scalar_impl", || {
+            vec![describe_operand(&lhs)]
+        });
         <C as FloatTensorOps<C>>::float_powi_scalar_impl(lhs, rhs)
     }
     fn float_powf_scalar(tensor: FloatTensor<Self>, value: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_powf_scalar");
-        let _timer = crate::profile::CpuOpTimer::start("float_powf_scalar");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_powf_scalar", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_powf_scalar(tensor, value)
     }
     fn float_powf_scalar_impl(tensor: FloatTensor<Self>, value: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_powf_scalar_impl");
-        let _timer = crate::profile::CpuOpTimer::start("float_powf_scalar_impl");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_powf_scalar_impl", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_powf_scalar_impl(tensor, value)
     }
     fn float_sqrt(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sqrt");
-        let _timer = crate::profile::CpuOpTimer::start("float_sqrt");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_sqrt", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_sqrt(tensor)
     }
     fn float_abs(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_abs");
-        let _timer = crate::profile::CpuOpTimer::start("float_abs");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("float_abs", || vec![describe_operand(&tensor)]);
         <C as FloatTensorOps<C>>::float_abs(tensor)
     }
     fn float_cos(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cos");
-        let _timer = crate::profile::CpuOpTimer::start("float_cos");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("float_cos", || vec![describe_operand(&tensor)]);
         <C as FloatTensorOps<C>>::float_cos(tensor)
     }
     fn float_sin(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sin");
-        let _timer = crate::profile::CpuOpTimer::start("float_sin");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("float_sin", || vec![describe_operand(&tensor)]);
         <C as FloatTensorOps<C>>::float_sin(tensor)
     }
     fn float_tan(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_tan");
-        let _timer = crate::profile::CpuOpTimer::start("float_tan");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("float_tan", || vec![describe_operand(&tensor)]);
         <C as FloatTensorOps<C>>::float_tan(tensor)
     }
     fn float_cosh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cosh");
-        let _timer = crate::profile::CpuOpTimer::start("float_cosh");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_cosh", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_cosh(tensor)
     }
     fn float_sinh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sinh");
-        let _timer = crate::profile::CpuOpTimer::start("float_sinh");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_sinh", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_sinh(tensor)
     }
     fn float_tanh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_tanh");
-        let _timer = crate::profile::CpuOpTimer::start("float_tanh");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_tanh", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_tanh(tensor)
     }
     fn float_acos(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_acos");
-        let _timer = crate::profile::CpuOpTimer::start("float_acos");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_acos", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_acos(tensor)
     }
     fn float_acosh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_acosh");
-        let _timer = crate::profile::CpuOpTimer::start("float_acosh");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_acosh", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_acosh(tensor)
     }
     fn float_asin(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_asin");
-        let _timer = crate::profile::CpuOpTimer::start("float_asin");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_asin", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_asin(tensor)
     }
     fn float_asinh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_asinh");
-        let _timer = crate::profile::CpuOpTimer::start("float_asinh");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_asinh", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_asinh(tensor)
     }
     fn float_atan(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_atan");
-        let _timer = crate::profile::CpuOpTimer::start("float_atan");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_atan", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_atan(tensor)
     }
     fn float_atanh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_atanh");
-        let _timer = crate::profile::CpuOpTimer::start("float_atanh");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_atanh", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_atanh(tensor)
     }
     fn float_atan2(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_atan2");
-        let _timer = crate::profile::CpuOpTimer::start("float_atan2");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_atan2", || {
+            vec![describe_operand(&lhs), describe_operand(&rhs)]
+        });
         <C as FloatTensorOps<C>>::float_atan2(lhs, rhs)
     }
     fn float_round(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_round");
-        let _timer = crate::profile::CpuOpTimer::start("float_round");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_round", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_round(tensor)
     }
     fn float_floor(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_floor");
-        let _timer = crate::profile::CpuOpTimer::start("float_floor");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_floor", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_floor(tensor)
     }
     fn float_ceil(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_ceil");
-        let _timer = crate::profile::CpuOpTimer::start("float_ceil");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_ceil", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_ceil(tensor)
     }
     fn float_trunc(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_trunc");
-        let _timer = crate::profile::CpuOpTimer::start("float_trunc");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_trunc", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_trunc(tensor)
     }
     fn float_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_erf");
-        let _timer = crate::profile::CpuOpTimer::start("float_erf");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("float_erf", || vec![describe_operand(&tensor)]);
         <C as FloatTensorOps<C>>::float_erf(tensor)
     }
     fn float_cat(tensors: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
@@ -712,7 +882,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     fn float_argmax(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_argmax");
-        let _timer = crate::profile::CpuOpTimer::start("float_argmax");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_argmax", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_argmax(tensor, dim, out_dtype)
     }
     fn float_argtopk(
@@ -723,31 +895,40 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_argtopk");
-        let _timer = crate::profile::CpuOpTimer::start("float_argtopk");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_argtopk", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_argtopk(tensor, dim, k, out_dtype)
     }
     fn float_topk(tensor: FloatTensor<Self>, dim: usize, k: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_topk");
-        let _timer = crate::profile::CpuOpTimer::start("float_topk");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_topk", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_topk(tensor, dim, k)
     }
     fn float_argmin(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_argmin");
-        let _timer = crate::profile::CpuOpTimer::start("float_argmin");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_argmin", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_argmin(tensor, dim, out_dtype)
     }
     fn float_max(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_max");
-        let _timer = crate::profile::CpuOpTimer::start("float_max");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("float_max", || vec![describe_operand(&tensor)]);
         <C as FloatTensorOps<C>>::float_max(tensor)
     }
     fn float_max_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_max_dim");
-        let _timer = crate::profile::CpuOpTimer::start("float_max_dim");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_max_dim", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_max_dim(tensor, dim)
     }
     fn float_max_dim_with_indices(
@@ -757,19 +938,24 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> (FloatTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_max_dim_with_indices");
-        let _timer = crate::profile::CpuOpTimer::start("float_max_dim_with_indices");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_max_dim_with_indices", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_max_dim_with_indices(tensor, dim, indices_dtype)
     }
     fn float_min(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_min");
-        let _timer = crate::profile::CpuOpTimer::start("float_min");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("float_min", || vec![describe_operand(&tensor)]);
         <C as FloatTensorOps<C>>::float_min(tensor)
     }
     fn float_min_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_min_dim");
-        let _timer = crate::profile::CpuOpTimer::start("float_min_dim");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_min_dim", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_min_dim(tensor, dim)
     }
     fn float_min_dim_with_indices(
@@ -779,25 +965,32 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> (FloatTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_min_dim_with_indices");
-        let _timer = crate::profile::CpuOpTimer::start("float_min_dim_with_indices");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_min_dim_with_indices", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_min_dim_with_indices(tensor, dim, indices_dtype)
     }
     fn float_max_abs(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_max_abs");
-        let _timer = crate::profile::CpuOpTimer::start("float_max_abs");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_max_abs", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_max_abs(tensor)
     }
     fn float_max_abs_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_max_abs_dim");
-        let _timer = crate::profile::CpuOpTimer::start("float_max_abs_dim");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_max_abs_dim", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_max_abs_dim(tensor, dim)
     }
     fn float_any(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_any");
-        let _timer = crate::profile::CpuOpTimer::start("float_any");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("float_any", || vec![describe_operand(&tensor)]);
         <C as FloatTensorOps<C>>::float_any(tensor, out_dtype)
     }
     fn float_any_dim(
@@ -807,13 +1000,16 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_any_dim");
-        let _timer = crate::profile::CpuOpTimer::start("float_any_dim");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_any_dim", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_any_dim(tensor, dim, out_dtype)
     }
     fn float_all(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_all");
-        let _timer = crate::profile::CpuOpTimer::start("float_all");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("float_all", || vec![describe_operand(&tensor)]);
         <C as FloatTensorOps<C>>::float_all(tensor, out_dtype)
     }
     fn float_all_dim(
@@ -823,25 +1019,33 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_all_dim");
-        let _timer = crate::profile::CpuOpTimer::start("float_all_dim");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_all_dim", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_all_dim(tensor, dim, out_dtype)
     }
     fn float_sign(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sign");
-        let _timer = crate::profile::CpuOpTimer::start("float_sign");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_sign", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_sign(tensor)
     }
     fn float_expand(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_expand");
-        let _timer = crate::profile::CpuOpTimer::start("float_expand");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_expand", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_expand(tensor, shape)
     }
     fn float_sort(tensor: FloatTensor<Self>, dim: usize, descending: bool) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sort");
-        let _timer = crate::profile::CpuOpTimer::start("float_sort");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_sort", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_sort(tensor, dim, descending)
     }
     fn float_sort_with_indices(
@@ -852,7 +1056,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> (FloatTensor<Self>, IntTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_sort_with_indices");
-        let _timer = crate::profile::CpuOpTimer::start("float_sort_with_indices");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_sort_with_indices", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_sort_with_indices(tensor, dim, descending, indices_dtype)
     }
     fn float_argsort(
@@ -863,7 +1069,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_argsort");
-        let _timer = crate::profile::CpuOpTimer::start("float_argsort");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_argsort", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_argsort(tensor, dim, descending, out_dtype)
     }
     fn float_grid_sample_2d(
@@ -873,7 +1081,9 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_grid_sample_2d");
-        let _timer = crate::profile::CpuOpTimer::start("float_grid_sample_2d");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_grid_sample_2d", || {
+            vec![describe_operand(&tensor), describe_operand(&grid)]
+        });
         <C as FloatTensorOps<C>>::float_grid_sample_2d(tensor, grid, options)
     }
     fn float_unfold(
@@ -884,19 +1094,25 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_unfold");
-        let _timer = crate::profile::CpuOpTimer::start("float_unfold");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_unfold", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_unfold(tensor, dim, size, step)
     }
     fn float_is_nan(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_is_nan");
-        let _timer = crate::profile::CpuOpTimer::start("float_is_nan");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_is_nan", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_is_nan(tensor, out_dtype)
     }
     fn float_is_inf(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_is_inf");
-        let _timer = crate::profile::CpuOpTimer::start("float_is_inf");
+        let _timer = crate::profile::CpuOpTimer::start_with("float_is_inf", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as FloatTensorOps<C>>::float_is_inf(tensor, out_dtype)
     }
 }
@@ -1916,7 +2132,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     fn embedding(weights: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::embedding");
-        let _timer = crate::profile::CpuOpTimer::start("embedding");
+        let _timer = crate::profile::CpuOpTimer::start_with("embedding", || {
+            vec![describe_operand(&weights)]
+        });
         <C as ModuleOps<C>>::embedding(weights, indices)
     }
     fn embedding_backward(
@@ -1926,7 +2144,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::embedding_backward");
-        let _timer = crate::profile::CpuOpTimer::start("embedding_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("embedding_backward", || {
+            vec![describe_operand(&weights), describe_operand(&output_grad)]
+        });
         <C as ModuleOps<C>>::embedding_backward(weights, output_grad, indices)
     }
     fn linear(
@@ -1957,7 +2177,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     fn linear_bias_backward(output_grad: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::linear_bias_backward");
-        let _timer = crate::profile::CpuOpTimer::start("linear_bias_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("linear_bias_backward", || {
+            vec![describe_operand(&output_grad)]
+        });
         <C as ModuleOps<C>>::linear_bias_backward(output_grad)
     }
     fn conv1d(
@@ -1968,7 +2190,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv1d");
-        let _timer = crate::profile::CpuOpTimer::start("conv1d");
+        let _timer = crate::profile::CpuOpTimer::start_with("conv1d", || {
+            vec![describe_operand(&x), describe_operand(&weight)]
+        });
         <C as ModuleOps<C>>::conv1d(x, weight, bias, options)
     }
     fn conv1d_x_backward(
@@ -1979,7 +2203,13 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv1d_x_backward");
-        let _timer = crate::profile::CpuOpTimer::start("conv1d_x_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("conv1d_x_backward", || {
+            vec![
+                describe_operand(&x),
+                describe_operand(&weight),
+                describe_operand(&output_grad),
+            ]
+        });
         <C as ModuleOps<C>>::conv1d_x_backward(x, weight, output_grad, options)
     }
     fn conv1d_weight_backward(
@@ -1990,7 +2220,13 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv1d_weight_backward");
-        let _timer = crate::profile::CpuOpTimer::start("conv1d_weight_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("conv1d_weight_backward", || {
+            vec![
+                describe_operand(&x),
+                describe_operand(&weight),
+                describe_operand(&output_grad),
+            ]
+        });
         <C as ModuleOps<C>>::conv1d_weight_backward(x, weight, output_grad, options)
     }
     fn conv1d_bias_backward(
@@ -2000,7 +2236,13 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv1d_bias_backward");
-        let _timer = crate::profile::CpuOpTimer::start("conv1d_bias_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("conv1d_bias_backward", || {
+            vec![
+                describe_operand(&x),
+                describe_operand(&bias),
+                describe_operand(&output_grad),
+            ]
+        });
         <C as ModuleOps<C>>::conv1d_bias_backward(x, bias, output_grad)
     }
     fn conv2d(
@@ -2040,7 +2282,13 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv2d_bias_backward");
-        let _timer = crate::profile::CpuOpTimer::start("conv2d_bias_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("conv2d_bias_backward", || {
+            vec![
+                describe_operand(&x),
+                describe_operand(&bias),
+                describe_operand(&output_grad),
+            ]
+        });
         <C as ModuleOps<C>>::conv2d_bias_backward(x, bias, output_grad)
     }
     fn deform_conv2d(
@@ -2053,7 +2301,13 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::deform_conv2d");
-        let _timer = crate::profile::CpuOpTimer::start("deform_conv2d");
+        let _timer = crate::profile::CpuOpTimer::start_with("deform_conv2d", || {
+            vec![
+                describe_operand(&x),
+                describe_operand(&offset),
+                describe_operand(&weight),
+            ]
+        });
         <C as ModuleOps<C>>::deform_conv2d(x, offset, weight, mask, bias, options)
     }
     fn deform_conv2d_backward(
@@ -2067,7 +2321,14 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> DeformConv2dBackward<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::deform_conv2d_backward");
-        let _timer = crate::profile::CpuOpTimer::start("deform_conv2d_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("deform_conv2d_backward", || {
+            vec![
+                describe_operand(&x),
+                describe_operand(&offset),
+                describe_operand(&weight),
+                describe_operand(&output_grad),
+            ]
+        });
         rebind(<C as ModuleOps<C>>::deform_conv2d_backward(
             x,
             offset,
@@ -2086,7 +2347,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv3d");
-        let _timer = crate::profile::CpuOpTimer::start("conv3d");
+        let _timer = crate::profile::CpuOpTimer::start_with("conv3d", || {
+            vec![describe_operand(&x), describe_operand(&weight)]
+        });
         <C as ModuleOps<C>>::conv3d(x, weight, bias, options)
     }
     fn conv3d_x_backward(
@@ -2097,7 +2360,13 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv3d_x_backward");
-        let _timer = crate::profile::CpuOpTimer::start("conv3d_x_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("conv3d_x_backward", || {
+            vec![
+                describe_operand(&x),
+                describe_operand(&weight),
+                describe_operand(&output_grad),
+            ]
+        });
         <C as ModuleOps<C>>::conv3d_x_backward(x, weight, output_grad, options)
     }
     fn conv3d_weight_backward(
@@ -2108,7 +2377,13 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv3d_weight_backward");
-        let _timer = crate::profile::CpuOpTimer::start("conv3d_weight_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("conv3d_weight_backward", || {
+            vec![
+                describe_operand(&x),
+                describe_operand(&weight),
+                describe_operand(&output_grad),
+            ]
+        });
         <C as ModuleOps<C>>::conv3d_weight_backward(x, weight, output_grad, options)
     }
     fn conv3d_bias_backward(
@@ -2118,7 +2393,13 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv3d_bias_backward");
-        let _timer = crate::profile::CpuOpTimer::start("conv3d_bias_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("conv3d_bias_backward", || {
+            vec![
+                describe_operand(&x),
+                describe_operand(&bias),
+                describe_operand(&output_grad),
+            ]
+        });
         <C as ModuleOps<C>>::conv3d_bias_backward(x, bias, output_grad)
     }
     fn conv_transpose1d(
@@ -2129,7 +2410,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose1d");
-        let _timer = crate::profile::CpuOpTimer::start("conv_transpose1d");
+        let _timer = crate::profile::CpuOpTimer::start_with("conv_transpose1d", || {
+            vec![describe_operand(&x), describe_operand(&weight)]
+        });
         <C as ModuleOps<C>>::conv_transpose1d(x, weight, bias, options)
     }
     fn conv_transpose1d_x_backward(
@@ -2139,7 +2422,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose1d_x_backward");
-        let _timer = crate::profile::CpuOpTimer::start("conv_transpose1d_x_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("conv_transpose1d_x_backward", || {
+            vec![describe_operand(&weight), describe_operand(&output_grad)]
+        });
         <C as ModuleOps<C>>::conv_transpose1d_x_backward(weight, output_grad, options)
     }
     fn conv_transpose1d_weight_backward(
@@ -2150,7 +2435,14 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose1d_weight_backward");
-        let _timer = crate::profile::CpuOpTimer::start("conv_transpose1d_weight_backward");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("conv_transpose1d_weight_backward", || {
+                vec![
+                    describe_operand(&x),
+                    describe_operand(&weight),
+                    describe_operand(&output_grad),
+                ]
+            });
         <C as ModuleOps<C>>::conv_transpose1d_weight_backward(x, weight, output_grad, options)
     }
     fn conv_transpose1d_bias_backward(
@@ -2160,7 +2452,14 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose1d_bias_backward");
-        let _timer = crate::profile::CpuOpTimer::start("conv_transpose1d_bias_backward");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("conv_transpose1d_bias_backward", || {
+                vec![
+                    describe_operand(&x),
+                    describe_operand(&bias),
+                    describe_operand(&output_grad),
+                ]
+            });
         <C as ModuleOps<C>>::conv_transpose1d_bias_backward(x, bias, output_grad)
     }
     fn conv_transpose2d(
@@ -2171,7 +2470,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose2d");
-        let _timer = crate::profile::CpuOpTimer::start("conv_transpose2d");
+        let _timer = crate::profile::CpuOpTimer::start_with("conv_transpose2d", || {
+            vec![describe_operand(&x), describe_operand(&weight)]
+        });
         <C as ModuleOps<C>>::conv_transpose2d(x, weight, bias, options)
     }
     fn conv_transpose2d_x_backward(
@@ -2181,7 +2482,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose2d_x_backward");
-        let _timer = crate::profile::CpuOpTimer::start("conv_transpose2d_x_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("conv_transpose2d_x_backward", || {
+            vec![describe_operand(&weight), describe_operand(&output_grad)]
+        });
         <C as ModuleOps<C>>::conv_transpose2d_x_backward(weight, output_grad, options)
     }
     fn conv_transpose2d_weight_backward(
@@ -2192,7 +2495,14 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose2d_weight_backward");
-        let _timer = crate::profile::CpuOpTimer::start("conv_transpose2d_weight_backward");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("conv_transpose2d_weight_backward", || {
+                vec![
+                    describe_operand(&x),
+                    describe_operand(&weight),
+                    describe_operand(&output_grad),
+                ]
+            });
         <C as ModuleOps<C>>::conv_transpose2d_weight_backward(x, weight, output_grad, options)
     }
     fn conv_transpose2d_bias_backward(
@@ -2202,7 +2512,14 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose2d_bias_backward");
-        let _timer = crate::profile::CpuOpTimer::start("conv_transpose2d_bias_backward");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("conv_transpose2d_bias_backward", || {
+                vec![
+                    describe_operand(&x),
+                    describe_operand(&bias),
+                    describe_operand(&output_grad),
+                ]
+            });
         <C as ModuleOps<C>>::conv_transpose2d_bias_backward(x, bias, output_grad)
     }
     fn conv_transpose3d(
@@ -2213,7 +2530,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose3d");
-        let _timer = crate::profile::CpuOpTimer::start("conv_transpose3d");
+        let _timer = crate::profile::CpuOpTimer::start_with("conv_transpose3d", || {
+            vec![describe_operand(&x), describe_operand(&weight)]
+        });
         <C as ModuleOps<C>>::conv_transpose3d(x, weight, bias, options)
     }
     fn conv_transpose3d_x_backward(
@@ -2223,7 +2542,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose3d_x_backward");
-        let _timer = crate::profile::CpuOpTimer::start("conv_transpose3d_x_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("conv_transpose3d_x_backward", || {
+            vec![describe_operand(&weight), describe_operand(&output_grad)]
+        });
         <C as ModuleOps<C>>::conv_transpose3d_x_backward(weight, output_grad, options)
     }
     fn conv_transpose3d_weight_backward(
@@ -2234,7 +2555,14 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose3d_weight_backward");
-        let _timer = crate::profile::CpuOpTimer::start("conv_transpose3d_weight_backward");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("conv_transpose3d_weight_backward", || {
+                vec![
+                    describe_operand(&x),
+                    describe_operand(&weight),
+                    describe_operand(&output_grad),
+                ]
+            });
         <C as ModuleOps<C>>::conv_transpose3d_weight_backward(x, weight, output_grad, options)
     }
     fn conv_transpose3d_bias_backward(
@@ -2244,7 +2572,14 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::conv_transpose3d_bias_backward");
-        let _timer = crate::profile::CpuOpTimer::start("conv_transpose3d_bias_backward");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("conv_transpose3d_bias_backward", || {
+                vec![
+                    describe_operand(&x),
+                    describe_operand(&bias),
+                    describe_operand(&output_grad),
+                ]
+            });
         <C as ModuleOps<C>>::conv_transpose3d_bias_backward(x, bias, output_grad)
     }
     fn unfold4d(
@@ -2254,7 +2589,8 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::unfold4d");
-        let _timer = crate::profile::CpuOpTimer::start("unfold4d");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("unfold4d", || vec![describe_operand(&x)]);
         <C as ModuleOps<C>>::unfold4d(x, kernel_size, options)
     }
     fn avg_pool1d(
@@ -2267,7 +2603,8 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::avg_pool1d");
-        let _timer = crate::profile::CpuOpTimer::start("avg_pool1d");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("avg_pool1d", || vec![describe_operand(&x)]);
         <C as ModuleOps<C>>::avg_pool1d(
             x,
             kernel_size,
@@ -2288,7 +2625,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::avg_pool1d_backward");
-        let _timer = crate::profile::CpuOpTimer::start("avg_pool1d_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("avg_pool1d_backward", || {
+            vec![describe_operand(&x), describe_operand(&grad)]
+        });
         <C as ModuleOps<C>>::avg_pool1d_backward(
             x,
             grad,
@@ -2309,7 +2648,8 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::avg_pool2d");
-        let _timer = crate::profile::CpuOpTimer::start("avg_pool2d");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("avg_pool2d", || vec![describe_operand(&x)]);
         <C as ModuleOps<C>>::avg_pool2d(
             x,
             kernel_size,
@@ -2330,7 +2670,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::avg_pool2d_backward");
-        let _timer = crate::profile::CpuOpTimer::start("avg_pool2d_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("avg_pool2d_backward", || {
+            vec![describe_operand(&x), describe_operand(&grad)]
+        });
         <C as ModuleOps<C>>::avg_pool2d_backward(
             x,
             grad,
@@ -2344,7 +2686,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     fn adaptive_avg_pool2d(x: FloatTensor<Self>, output_size: [usize; 2]) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::adaptive_avg_pool2d");
-        let _timer = crate::profile::CpuOpTimer::start("adaptive_avg_pool2d");
+        let _timer = crate::profile::CpuOpTimer::start_with("adaptive_avg_pool2d", || {
+            vec![describe_operand(&x)]
+        });
         <C as ModuleOps<C>>::adaptive_avg_pool2d(x, output_size)
     }
     fn adaptive_avg_pool2d_backward(
@@ -2353,13 +2697,17 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::adaptive_avg_pool2d_backward");
-        let _timer = crate::profile::CpuOpTimer::start("adaptive_avg_pool2d_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("adaptive_avg_pool2d_backward", || {
+            vec![describe_operand(&x), describe_operand(&grad)]
+        });
         <C as ModuleOps<C>>::adaptive_avg_pool2d_backward(x, grad)
     }
     fn adaptive_avg_pool1d(x: FloatTensor<Self>, output_size: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::adaptive_avg_pool1d");
-        let _timer = crate::profile::CpuOpTimer::start("adaptive_avg_pool1d");
+        let _timer = crate::profile::CpuOpTimer::start_with("adaptive_avg_pool1d", || {
+            vec![describe_operand(&x)]
+        });
         <C as ModuleOps<C>>::adaptive_avg_pool1d(x, output_size)
     }
     fn adaptive_avg_pool1d_backward(
@@ -2368,7 +2716,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::adaptive_avg_pool1d_backward");
-        let _timer = crate::profile::CpuOpTimer::start("adaptive_avg_pool1d_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("adaptive_avg_pool1d_backward", || {
+            vec![describe_operand(&x), describe_operand(&grad)]
+        });
         <C as ModuleOps<C>>::adaptive_avg_pool1d_backward(x, grad)
     }
     fn max_pool1d(
@@ -2381,7 +2731,8 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::max_pool1d");
-        let _timer = crate::profile::CpuOpTimer::start("max_pool1d");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("max_pool1d", || vec![describe_operand(&x)]);
         <C as ModuleOps<C>>::max_pool1d(x, kernel_size, stride, padding, dilation, ceil_mode)
     }
     fn max_pool1d_with_indices(
@@ -2394,7 +2745,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> MaxPool1dWithIndices<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::max_pool1d_with_indices");
-        let _timer = crate::profile::CpuOpTimer::start("max_pool1d_with_indices");
+        let _timer = crate::profile::CpuOpTimer::start_with("max_pool1d_with_indices", || {
+            vec![describe_operand(&x)]
+        });
         rebind(<C as ModuleOps<C>>::max_pool1d_with_indices(
             x,
             kernel_size,
@@ -2416,7 +2769,10 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> MaxPool1dBackward<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::max_pool1d_with_indices_backward");
-        let _timer = crate::profile::CpuOpTimer::start("max_pool1d_with_indices_backward");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("max_pool1d_with_indices_backward", || {
+                vec![describe_operand(&x), describe_operand(&output_grad)]
+            });
         rebind(<C as ModuleOps<C>>::max_pool1d_with_indices_backward(
             x,
             kernel_size,
@@ -2438,7 +2794,8 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::max_pool2d");
-        let _timer = crate::profile::CpuOpTimer::start("max_pool2d");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("max_pool2d", || vec![describe_operand(&x)]);
         <C as ModuleOps<C>>::max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)
     }
     fn max_pool2d_with_indices(
@@ -2451,7 +2808,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> MaxPool2dWithIndices<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::max_pool2d_with_indices");
-        let _timer = crate::profile::CpuOpTimer::start("max_pool2d_with_indices");
+        let _timer = crate::profile::CpuOpTimer::start_with("max_pool2d_with_indices", || {
+            vec![describe_operand(&x)]
+        });
         rebind(<C as ModuleOps<C>>::max_pool2d_with_indices(
             x,
             kernel_size,
@@ -2473,7 +2832,10 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> MaxPool2dBackward<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::max_pool2d_with_indices_backward");
-        let _timer = crate::profile::CpuOpTimer::start("max_pool2d_with_indices_backward");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("max_pool2d_with_indices_backward", || {
+                vec![describe_operand(&x), describe_operand(&output_grad)]
+            });
         rebind(<C as ModuleOps<C>>::max_pool2d_with_indices_backward(
             x,
             kernel_size,
@@ -2492,7 +2854,8 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::interpolate");
-        let _timer = crate::profile::CpuOpTimer::start("interpolate");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("interpolate", || vec![describe_operand(&x)]);
         <C as ModuleOps<C>>::interpolate(x, output_size, options)
     }
     fn interpolate_backward(
@@ -2503,7 +2866,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::interpolate_backward");
-        let _timer = crate::profile::CpuOpTimer::start("interpolate_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("interpolate_backward", || {
+            vec![describe_operand(&x), describe_operand(&grad)]
+        });
         <C as ModuleOps<C>>::interpolate_backward(x, grad, output_size, options)
     }
     fn attention(
@@ -2516,7 +2881,13 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::attention");
-        let _timer = crate::profile::CpuOpTimer::start("attention");
+        let _timer = crate::profile::CpuOpTimer::start_with("attention", || {
+            vec![
+                describe_operand(&query),
+                describe_operand(&key),
+                describe_operand(&value),
+            ]
+        });
         <C as ModuleOps<C>>::attention(query, key, value, mask, attn_bias, options)
     }
     fn layer_norm(
@@ -2527,7 +2898,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::layer_norm");
-        let _timer = crate::profile::CpuOpTimer::start("layer_norm");
+        let _timer = crate::profile::CpuOpTimer::start_with("layer_norm", || {
+            vec![describe_operand(&tensor), describe_operand(&gamma)]
+        });
         <C as ModuleOps<C>>::layer_norm(tensor, gamma, beta, epsilon)
     }
     fn ctc_loss(
@@ -2539,7 +2912,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::ctc_loss");
-        let _timer = crate::profile::CpuOpTimer::start("ctc_loss");
+        let _timer = crate::profile::CpuOpTimer::start_with("ctc_loss", || {
+            vec![describe_operand(&log_probs)]
+        });
         <C as ModuleOps<C>>::ctc_loss(log_probs, targets, input_lengths, target_lengths, blank)
     }
     fn has_ctc_loss_backward() -> bool {
@@ -2558,7 +2933,9 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::ctc_loss_backward");
-        let _timer = crate::profile::CpuOpTimer::start("ctc_loss_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("ctc_loss_backward", || {
+            vec![describe_operand(&_log_probs), describe_operand(&_grad_loss)]
+        });
         <C as ModuleOps<C>>::ctc_loss_backward(
             _log_probs,
             _targets,
@@ -2575,7 +2952,8 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::rfft");
-        let _timer = crate::profile::CpuOpTimer::start("rfft");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("rfft", || vec![describe_operand(&signal)]);
         <C as ModuleOps<C>>::rfft(signal, dim, n)
     }
     fn irfft(
@@ -2586,7 +2964,12 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
     ) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ModuleOps::irfft");
-        let _timer = crate::profile::CpuOpTimer::start("irfft");
+        let _timer = crate::profile::CpuOpTimer::start_with("irfft", || {
+            vec![
+                describe_operand(&spectrum_re),
+                describe_operand(&spectrum_im),
+            ]
+        });
         <C as ModuleOps<C>>::irfft(spectrum_re, spectrum_im, dim, n)
     }
 }
@@ -2595,85 +2978,108 @@ impl<C: Backend, A: Accelerator> ActivationOps<Self> for Hetero<C, A> {
     fn leaky_relu(tensor: FloatTensor<Self>, negative_slope: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::leaky_relu");
-        let _timer = crate::profile::CpuOpTimer::start("leaky_relu");
+        let _timer = crate::profile::CpuOpTimer::start_with("leaky_relu", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as ActivationOps<C>>::leaky_relu(tensor, negative_slope)
     }
     fn relu(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::relu");
-        let _timer = crate::profile::CpuOpTimer::start("relu");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("relu", || vec![describe_operand(&tensor)]);
         <C as ActivationOps<C>>::relu(tensor)
     }
     fn relu_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::relu_backward");
-        let _timer = crate::profile::CpuOpTimer::start("relu_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("relu_backward", || {
+            vec![describe_operand(&output), describe_operand(&grad)]
+        });
         <C as ActivationOps<C>>::relu_backward(output, grad)
     }
     fn gelu(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::gelu");
-        let _timer = crate::profile::CpuOpTimer::start("gelu");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("gelu", || vec![describe_operand(&tensor)]);
         <C as ActivationOps<C>>::gelu(tensor)
     }
     fn prelu(tensor: FloatTensor<Self>, alpha: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::prelu");
-        let _timer = crate::profile::CpuOpTimer::start("prelu");
+        let _timer = crate::profile::CpuOpTimer::start_with("prelu", || {
+            vec![describe_operand(&tensor), describe_operand(&alpha)]
+        });
         <C as ActivationOps<C>>::prelu(tensor, alpha)
     }
     fn gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::gelu_backward");
-        let _timer = crate::profile::CpuOpTimer::start("gelu_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("gelu_backward", || {
+            vec![describe_operand(&x), describe_operand(&grad)]
+        });
         <C as ActivationOps<C>>::gelu_backward(x, grad)
     }
     fn sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::sigmoid");
-        let _timer = crate::profile::CpuOpTimer::start("sigmoid");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("sigmoid", || vec![describe_operand(&tensor)]);
         <C as ActivationOps<C>>::sigmoid(tensor)
     }
     fn sigmoid_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::sigmoid_backward");
-        let _timer = crate::profile::CpuOpTimer::start("sigmoid_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("sigmoid_backward", || {
+            vec![describe_operand(&output), describe_operand(&grad)]
+        });
         <C as ActivationOps<C>>::sigmoid_backward(output, grad)
     }
     fn hard_sigmoid(tensor: FloatTensor<Self>, alpha: Scalar, beta: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::hard_sigmoid");
-        let _timer = crate::profile::CpuOpTimer::start("hard_sigmoid");
+        let _timer = crate::profile::CpuOpTimer::start_with("hard_sigmoid", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as ActivationOps<C>>::hard_sigmoid(tensor, alpha, beta)
     }
     fn log_sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::log_sigmoid");
-        let _timer = crate::profile::CpuOpTimer::start("log_sigmoid");
+        let _timer = crate::profile::CpuOpTimer::start_with("log_sigmoid", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as ActivationOps<C>>::log_sigmoid(tensor)
     }
     fn softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::softmax");
-        let _timer = crate::profile::CpuOpTimer::start("softmax");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("softmax", || vec![describe_operand(&tensor)]);
         <C as ActivationOps<C>>::softmax(tensor, dim)
     }
     fn log_softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::log_softmax");
-        let _timer = crate::profile::CpuOpTimer::start("log_softmax");
+        let _timer = crate::profile::CpuOpTimer::start_with("log_softmax", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as ActivationOps<C>>::log_softmax(tensor, dim)
     }
     fn softmin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::softmin");
-        let _timer = crate::profile::CpuOpTimer::start("softmin");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("softmin", || vec![describe_operand(&tensor)]);
         <C as ActivationOps<C>>::softmin(tensor, dim)
     }
     fn log_sigmoid_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("ActivationOps::log_sigmoid_backward");
-        let _timer = crate::profile::CpuOpTimer::start("log_sigmoid_backward");
+        let _timer = crate::profile::CpuOpTimer::start_with("log_sigmoid_backward", || {
+            vec![describe_operand(&x), describe_operand(&grad)]
+        });
         <C as ActivationOps<C>>::log_sigmoid_backward(x, grad)
     }
 }
@@ -2692,13 +3098,16 @@ impl<C: Backend, A: Accelerator> QTensorOps<Self> for Hetero<C, A> {
     ) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::quantize");
-        let _timer = crate::profile::CpuOpTimer::start("quantize");
+        let _timer =
+            crate::profile::CpuOpTimer::start_with("quantize", || vec![describe_operand(&tensor)]);
         <C as QTensorOps<C>>::quantize(tensor, scheme, rebind(qparams))
     }
     fn quantize_dynamic(tensor: FloatTensor<Self>, scheme: &QuantScheme) -> QuantizedTensor<Self> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("QTensorOps::quantize_dynamic");
-        let _timer = crate::profile::CpuOpTimer::start("quantize_dynamic");
+        let _timer = crate::profile::CpuOpTimer::start_with("quantize_dynamic", || {
+            vec![describe_operand(&tensor)]
+        });
         <C as QTensorOps<C>>::quantize_dynamic(tensor, scheme)
     }
     fn dequantize(tensor: QuantizedTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> {

@@ -1,8 +1,11 @@
 //! The op trait impls of `Hetero`: mechanical forwarding to `C` in [`forwarded`] (generated),
-//! the ops that do real work in [`placed`], and CPU ops rewritten for speed in [`broadcast`].
+//! the ops that do real work in [`placed`], and CPU ops rewritten for speed in [`broadcast`], [`layout`]
+//! and [`elementwise`].
 
 mod broadcast;
+mod elementwise;
 mod forwarded;
+mod layout;
 pub(crate) mod placed;
 mod rebind;
 mod transaction;
