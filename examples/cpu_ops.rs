@@ -2,13 +2,19 @@
 //! `Hetero<Flex, _>` (which rewrites some of them for burn-flex, see `src/ops/broadcast.rs`,
 //! `src/ops/layout.rs` and `src/ops/elementwise.rs`). Prints a markdown table of mean times.
 //!
-//! `cargo run --release --example cpu_ops`
+//! `cargo run --release -p burn-hetero --example cpu_ops` (with either accelerator feature)
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
 use std::time::Instant;
 
 const ROUNDS: u32 = 50;
+
+/// The accelerator type only completes the backend's type: no op here runs on it.
+#[cfg(feature = "vulkan")]
+type Accel = burn_hetero::VulkanAccelerator;
+#[cfg(all(feature = "cuda", not(feature = "vulkan")))]
+type Accel = burn_hetero::CudaAccelerator;
 
 /// Mean milliseconds of `f` over `ROUNDS` runs, after one untimed run. The backends here are
 /// eager, so each op's work is done by the time it returns.
@@ -54,5 +60,5 @@ fn main() {
     );
     row::<burn_flex::Flex>("burn-flex");
     row::<burn_hetero::NdArray>("burn-ndarray");
-    row::<burn_hetero::Hetero<burn_flex::Flex, burn_hetero::VulkanAccelerator>>("Hetero<Flex, _>");
+    row::<burn_hetero::Hetero<burn_flex::Flex, Accel>>("Hetero<Flex, _>");
 }

@@ -201,8 +201,9 @@ where
     }
 
     /// One group: our forward kernel with batch and channels swapped in both operands (the
-    /// output gradient is the "weight", the stride becomes the dilation and back). Otherwise
-    /// burn-cubecl's fallback.
+    /// output gradient is the "weight", the stride becomes the dilation and back), the batch
+    /// split into parts that run as the groups of one grouped conv (see
+    /// [`weight_grad_splits`]). Otherwise burn-cubecl's fallback.
     fn accel_conv2d_weight_backward(
         x: FloatTensor<Self>,
         weight_shape: Shape,
@@ -210,11 +211,36 @@ where
         options: ConvOptions<2>,
     ) -> Result<FloatTensor<Self>, String> {
         if options.groups == 1 {
-            let swapped = ConvOptions::new(options.dilation, options.padding, options.stride, 1);
+            let gs = output_grad.shape();
+            let (batch, c_out, out_hw) = (gs[0], gs[1], gs[2] * gs[3]);
+            let splits = weight_grad_splits(batch, out_hw);
+            let swapped =
+                ConvOptions::new(options.dilation, options.padding, options.stride, splits);
             let x = Self::float_swap_dims(x, 0, 1);
-            let output_grad = Self::float_swap_dims(output_grad, 0, 1);
-            // [c_in, c_out, kh', kw'] with kh' >= kh: taps past the kernel are cut off.
+            // The output gradient as the "weight" [splits * c_out, batch / splits, ho, wo]:
+            // split s's output channels read images s * batch / splits onwards.
+            let per_split = batch / splits;
+            let output_grad =
+                Self::float_reshape(output_grad, Shape::new([splits, per_split, c_out, out_hw]));
+            let output_grad = into_contiguous(Self::float_swap_dims(output_grad, 1, 2));
+            let output_grad = Self::float_reshape(
+                output_grad,
+                Shape::new([splits * c_out, per_split, gs[2], gs[3]]),
+            );
+            // [c_in, splits * c_out, kh', kw'] with kh' >= kh: the splits' partial sums, summed
+            // below; taps past the kernel are cut off.
             let grad = own_conv2d::<R, F, I, BT>(x, output_grad, None, swapped)?;
+            let grad = if splits > 1 {
+                let ps = grad.shape();
+                let partial =
+                    Self::float_reshape(grad, Shape::new([ps[0], splits, c_out * ps[2] * ps[3]]));
+                Self::float_reshape(
+                    Self::float_sum_dim(partial, 1),
+                    Shape::new([ps[0], c_out, ps[2], ps[3]]),
+                )
+            } else {
+                grad
+            };
             let gs = grad.shape();
             let (o, i, kh, kw) = (
                 weight_shape[0],
@@ -252,6 +278,23 @@ where
         )
         .map_err(|e| format!("{e:?}"))
     }
+}
+
+/// Into how many parts the weight gradient's reduction over `batch` images of `out_hw` output
+/// pixels is split: as one conv it has few output tiles (`c_in * kh * kw` by `c_out`) and a long
+/// reduction (ResNet20's first stage: 144 by 16, 32 768 long at batch 32), which keeps most of a
+/// large GPU idle. The parts run as the groups of one grouped conv and are summed after. A
+/// divisor of `batch`, with at least [`MIN_SPLIT_REDUCTION`] values in each part's reduction.
+fn weight_grad_splits(batch: usize, out_hw: usize) -> usize {
+    /// The shortest reduction worth a part of its own.
+    const MIN_SPLIT_REDUCTION: usize = 512;
+    /// The most parts: enough tiles to fill the GPU, while the partial sums stay small.
+    const MAX_SPLITS: usize = 32;
+    let most = (batch * out_hw / MIN_SPLIT_REDUCTION).clamp(1, MAX_SPLITS);
+    (1..=most.min(batch))
+        .rev()
+        .find(|s| batch % s == 0)
+        .unwrap_or(1)
 }
 
 /// The forward conv whose output is the input gradient of a conv with `options` and a weight of

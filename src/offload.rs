@@ -171,6 +171,16 @@ fn offload<C: Backend, A: Accelerator>(
     let start = Instant::now();
     let mut operands = Vec::with_capacity(placed.uploads.len());
     for tensor in placed.uploads {
+        let tensor = match crate::ops::layout::into_flex::<C>(tensor) {
+            Ok(flex) => match flex_operand(&flex, precision.dtype(), upload_dtype) {
+                Some(data) => {
+                    operands.push(data);
+                    continue;
+                }
+                None => crate::ops::layout::from_flex::<C>(flex),
+            },
+            Err(tensor) => tensor,
+        };
         let data = burn_std::future::block_on(C::float_into_data(tensor))
             .map_err(|e| format!("reading an operand on the CPU failed: {e}"))?;
         let rounded = cast(data, precision.dtype());
@@ -210,6 +220,37 @@ fn offload<C: Backend, A: Accelerator>(
     let out = C::float_from_data(cast(data, placed.out_dtype), &placed.device);
     counters.cpu += start.elapsed();
     Ok((out, counters))
+}
+
+/// A burn-flex f32 operand cast straight from its storage to `dtype` (f16 or bf16, the upload
+/// type), without the copy that reading it as `TensorData` makes of a buffer shared with the
+/// autodiff graph; a strided view is first copied block by block. None for other cases.
+fn flex_operand(
+    tensor: &burn_flex::FlexTensor,
+    precision: DType,
+    dtype: DType,
+) -> Option<TensorData> {
+    if tensor.dtype() != DType::F32
+        || precision != dtype
+        || !matches!(dtype, DType::F16 | DType::BF16)
+    {
+        return None;
+    }
+    let copy = crate::ops::layout::block_copy(tensor);
+    let tensor = copy.as_ref().unwrap_or(tensor);
+    let (start, end) = tensor.layout().contiguous_offsets()?;
+    let src = &tensor.storage::<f32>()[start..end];
+    let shape = tensor.layout().shape().clone();
+    Some(match dtype {
+        DType::F16 => TensorData::new(
+            convert(src, f16::ZERO, |d, s| d.convert_from_f32_slice(s)),
+            shape,
+        ),
+        _ => TensorData::new(
+            convert(src, bf16::ZERO, |d, s| d.convert_from_f32_slice(s)),
+            shape,
+        ),
+    })
 }
 
 /// Converts float data to `dtype`, with vectorised paths for the f32 <-> f16/bf16 casts that

@@ -78,7 +78,8 @@ impl ConvCase {
 }
 
 /// The grid: kernels 1/3/5/7, strides, paddings 0..3, dilation, groups (incl. depthwise), bias or
-/// not, odd and non-square sizes, batch 1 and larger, channel counts off multiples of 4 and 8.
+/// not, odd and non-square sizes, batch 1 and larger, channel counts off multiples of 4 and 8,
+/// weight gradients split over the batch.
 pub const CASES: &[ConvCase] = &[
     ConvCase::new(1, 3, [9, 7], 5, [3, 3], [1, 1], [1, 1], [1, 1], 1, true),
     ConvCase::new(2, 4, [8, 8], 6, [1, 1], [1, 1], [0, 0], [1, 1], 1, false),
@@ -91,6 +92,10 @@ pub const CASES: &[ConvCase] = &[
     ConvCase::new(5, 1, [28, 28], 20, [5, 5], [1, 1], [0, 0], [1, 1], 1, true),
     ConvCase::new(2, 20, [12, 12], 50, [5, 5], [1, 1], [0, 0], [1, 1], 1, true),
     ConvCase::new(1, 2, [3, 3], 2, [3, 3], [1, 1], [0, 0], [1, 1], 1, false),
+    // Weight gradients long enough to be split over the batch (see the accelerator's
+    // `weight_grad_splits`): 2 parts of 2 images, and 2 parts of 6 with stride 2.
+    ConvCase::new(4, 5, [17, 16], 6, [3, 3], [1, 1], [1, 1], [1, 1], 1, true),
+    ConvCase::new(12, 3, [20, 20], 4, [3, 3], [2, 2], [1, 1], [1, 1], 1, false),
     ConvCase::new(
         8,
         16,

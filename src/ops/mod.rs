@@ -5,7 +5,7 @@
 mod broadcast;
 mod elementwise;
 mod forwarded;
-mod layout;
+pub(crate) mod layout;
 pub(crate) mod placed;
 mod rebind;
 mod transaction;
