@@ -7,7 +7,8 @@ Usage: scripts/gen_forwarding.py [BURN_BACKEND_SRC]   (default: burn-backend 0.2
 Writes `src/ops/forwarded.rs` (the trait impls) and `tests/ops_list.txt` (one `Trait::method` per
 line, which the conformance suite checks its coverage against). Methods listed in PLACED are not
 forwarded: their bodies call the named function of `src/ops/placed.rs`, where the real work is;
-those in REWRITTEN call the named function of `src/ops/broadcast.rs` or `src/ops/layout.rs`.
+those in REWRITTEN call the named function of `src/ops/broadcast.rs`, `layout.rs` or
+`elementwise.rs`.
 Re-run it when Burn is upgraded; the output is committed so that a build needs no Python.
 """
 import glob
@@ -48,13 +49,17 @@ PLACED = {
 }
 
 # CPU ops that Hetero runs through its own function (still on `C`, still timed as CPU ops): binary
-# ops whose broadcasts and strided operands a CPU backend handles slowly, reshapes of strided views.
+# ops whose broadcasts and strided operands a CPU backend handles slowly, reshapes of strided views,
+# elementwise ops a CPU backend runs on one thread.
 REWRITTEN = {
     "float_add": "broadcast::float_add",
     "float_sub": "broadcast::float_sub",
     "float_mul": "broadcast::float_mul",
     "float_div": "broadcast::float_div",
     "float_reshape": "layout::float_reshape",
+    "float_neg": "elementwise::float_neg",
+    "relu": "elementwise::relu",
+    "relu_backward": "elementwise::relu_backward",
 }
 
 
@@ -257,6 +262,7 @@ def main():
         "//! The ops that do real work are routed to [`super::placed`].\n",
         "#![allow(unused_mut, clippy::too_many_arguments, clippy::type_complexity)]\n\n",
         "use super::broadcast;\n",
+        "use super::elementwise;\n",
         "use super::layout;\n",
         "use super::placed;\n",
         "use super::rebind::rebind;\n",

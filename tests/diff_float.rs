@@ -1358,8 +1358,9 @@ pub fn flex_broadcasts_are_identical() {
 }
 
 /// `Hetero<Flex, _>` copies strided views into contiguous buffers before burn-flex's binary ops
-/// and reshapes see them (`src/ops/layout.rs`) and runs large f32 binary ops across threads,
-/// in place when an operand's buffer is its own (`src/ops/elementwise.rs`). Against burn-flex
+/// and reshapes see them (`src/ops/layout.rs`) and runs large f32 binary ops, negation, ReLU and
+/// its backward across threads, in place when an operand's buffer is its own
+/// (`src/ops/elementwise.rs`). Against burn-flex
 /// itself, bit for bit: permuted and narrowed views on either side, operands large enough for
 /// the threaded path and small ones, held elsewhere or not; a held operand must be left as it was.
 pub fn flex_layouts_are_identical() {
@@ -1466,6 +1467,38 @@ pub fn flex_layouts_are_identical() {
                     let (reference, got) =
                         run(make::<F>(&a, dims, view), make::<HF>(&a, dims, view));
                     assert_identical(&case, 0, &got, &reference);
+                }
+            }
+            // Negation, ReLU and ReLU's backward (the output gradient of a second view), held
+            // elsewhere or not.
+            fn unary<B: Backend>(op: &str, x: Tensor<B, 4>, g: Tensor<B, 4>) -> Tensor<B, 4> {
+                match op {
+                    "neg" => -x,
+                    "relu" => burn::tensor::activation::relu(x),
+                    _ => {
+                        let prim = |t: Tensor<B, 4>| t.into_primitive().tensor();
+                        Tensor::from_primitive(TensorPrimitive::Float(B::relu_backward(
+                            prim(x),
+                            prim(g),
+                        )))
+                    }
+                }
+            }
+            let g = random_vec(&mut rng, stored_len(dims, view), -1.0, 1.0);
+            for op in ["neg", "relu", "relu_backward"] {
+                for held in [false, true] {
+                    let case = format!("{op} {dims:?} {view:?} held {held}");
+                    let reference =
+                        unary(op, make::<F>(&a, dims, view), make::<F>(&g, dims, view)).into_data();
+                    let (x, gh) = (make::<HF>(&a, dims, view), make::<HF>(&g, dims, view));
+                    let kept = held.then(|| (x.clone(), gh.clone()));
+                    assert_identical(&case, 0, &unary(op, x, gh).into_data(), &reference);
+                    if let Some((x, gh)) = kept {
+                        let before = make::<F>(&a, dims, view).into_data();
+                        assert_identical(&case, 1, &x.into_data(), &before);
+                        let before = make::<F>(&g, dims, view).into_data();
+                        assert_identical(&case, 2, &gh.into_data(), &before);
+                    }
                 }
             }
             // Reshapes of each view, to a flat vector and to rows.

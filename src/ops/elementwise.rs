@@ -1,14 +1,13 @@
-//! burn-flex's f32 add, sub, mul and div across rayon's threads.
+//! burn-flex's f32 add, sub, mul, div, negation, ReLU and ReLU backward across rayon's threads.
 //!
-//! burn-flex runs its binary ops on one thread (SIMD, no rayon), which on a 16-core machine
-//! leaves most of the CPU idle through a batch norm's forward and backward: dozens of such ops a
-//! layer on `[32, 16, 32, 32]` tensors. Here the same operations run in chunks across rayon's
-//! pool, for contiguous f32 operands of the same shape or a `[rows, k]` operand against a
+//! burn-flex runs these on one thread (SIMD, no rayon), which on a 16-core machine leaves most
+//! of the CPU idle through a batch norm's forward and backward: dozens of such ops a layer on
+//! `[32, 16, 32, 32]` tensors. Here the same operations run in chunks across rayon's pool, for
+//! large contiguous f32 operands of the same shape or a `[rows, k]` operand against a
 //! `[rows, 1]` one (the form [`super::broadcast`] gives batch norm's broadcasts). Each element is
-//! the same single IEEE operation on the same two values, so results are bit-identical to
-//! burn-flex's.
+//! the same operation on the same values as burn-flex's, so results are bit-identical.
 
-use super::layout::into_flex;
+use super::layout::{contiguous, from_flex, into_flex};
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType};
 use burn_flex::{FlexTensor, Layout};
@@ -57,28 +56,87 @@ pub(crate) fn binary<C: Backend>(
     lhs: FloatTensor<C>,
     rhs: FloatTensor<C>,
 ) -> Result<FloatTensor<C>, (FloatTensor<C>, FloatTensor<C>)> {
+    match kind {
+        BinaryKind::Add => binary_with::<C>(lhs, rhs, |a, b| a + b),
+        BinaryKind::Sub => binary_with::<C>(lhs, rhs, |a, b| a - b),
+        BinaryKind::Mul => binary_with::<C>(lhs, rhs, |a, b| a * b),
+        BinaryKind::Div => binary_with::<C>(lhs, rhs, |a, b| a / b),
+    }
+}
+
+/// `op(lhs, rhs)` element by element, as [`binary`] does for the four arithmetic ops.
+#[allow(clippy::type_complexity)]
+fn binary_with<C: Backend>(
+    lhs: FloatTensor<C>,
+    rhs: FloatTensor<C>,
+    op: impl Fn(f32, f32) -> f32 + Sync,
+) -> Result<FloatTensor<C>, (FloatTensor<C>, FloatTensor<C>)> {
     let (lhs, rhs) = match (into_flex::<C>(lhs), into_flex::<C>(rhs)) {
         (Ok(l), Ok(r)) => (l, r),
         (l, r) => return Err((back::<C>(l), back::<C>(r))),
     };
-    match kind {
-        BinaryKind::Add => run(lhs, rhs, |a, b| a + b),
-        BinaryKind::Sub => run(lhs, rhs, |a, b| a - b),
-        BinaryKind::Mul => run(lhs, rhs, |a, b| a * b),
-        BinaryKind::Div => run(lhs, rhs, |a, b| a / b),
+    run(lhs, rhs, op)
+        .map(from_flex::<C>)
+        .map_err(|(l, r)| (from_flex::<C>(l), from_flex::<C>(r)))
+}
+
+/// `op(x)` for each element across threads, when `C` is burn-flex and the tensor is a large
+/// contiguous f32 one (in place when its buffer is its own); the tensor back otherwise.
+fn unary<C: Backend>(
+    tensor: FloatTensor<C>,
+    op: impl Fn(f32) -> f32 + Sync,
+) -> Result<FloatTensor<C>, FloatTensor<C>> {
+    let mut tensor = into_flex::<C>(tensor)?;
+    let n = tensor.layout().num_elements();
+    let Some((start, end)) = tensor.layout().contiguous_offsets() else {
+        return Err(from_flex::<C>(tensor));
+    };
+    if tensor.dtype() != DType::F32 || n < PARALLEL_MIN {
+        return Err(from_flex::<C>(tensor));
     }
-    .map(super::layout::from_flex::<C>)
-    .map_err(|(l, r)| {
-        (
-            super::layout::from_flex::<C>(l),
-            super::layout::from_flex::<C>(r),
-        )
-    })
+    if start == 0 && tensor.is_unique() {
+        tensor.storage_mut::<f32>()[..n]
+            .par_chunks_mut(CHUNK)
+            .for_each(|x| x.iter_mut().for_each(|x| *x = op(*x)));
+        return Ok(from_flex::<C>(tensor));
+    }
+    let src = &tensor.storage::<f32>()[start..end];
+    let out = filled(n, |out| {
+        out.par_chunks_mut(CHUNK)
+            .zip(src.par_chunks(CHUNK))
+            .for_each(|(o, x)| {
+                o.iter_mut().zip(x).for_each(|(o, &x)| {
+                    o.write(op(x));
+                })
+            })
+    });
+    let shape = tensor.layout().shape().clone();
+    Ok(from_flex::<C>(dense(out, shape)))
+}
+
+/// Negation (`-x`, as burn-flex computes it).
+pub(crate) fn float_neg<C: Backend>(tensor: FloatTensor<C>) -> FloatTensor<C> {
+    unary::<C>(contiguous::<C>(tensor), |x| -x).unwrap_or_else(C::float_neg)
+}
+
+/// ReLU (`x.max(0.0)`, as burn-flex computes it: NaN becomes 0).
+pub(crate) fn relu<C: Backend>(tensor: FloatTensor<C>) -> FloatTensor<C> {
+    unary::<C>(contiguous::<C>(tensor), |x| x.max(0.0)).unwrap_or_else(C::relu)
+}
+
+/// ReLU's backward: the gradient where the output is positive, else 0 (as burn-flex computes it).
+pub(crate) fn relu_backward<C: Backend>(
+    output: FloatTensor<C>,
+    grad: FloatTensor<C>,
+) -> FloatTensor<C> {
+    let (output, grad) = (contiguous::<C>(output), contiguous::<C>(grad));
+    binary_with::<C>(output, grad, |o, g| if o > 0.0 { g } else { 0.0 })
+        .unwrap_or_else(|(o, g)| C::relu_backward(o, g))
 }
 
 fn back<C: Backend>(tensor: Result<FlexTensor, FloatTensor<C>>) -> FloatTensor<C> {
     match tensor {
-        Ok(flex) => super::layout::from_flex::<C>(flex),
+        Ok(flex) => from_flex::<C>(flex),
         Err(tensor) => tensor,
     }
 }

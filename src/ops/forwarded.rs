@@ -5,6 +5,7 @@
 #![allow(unused_mut, clippy::too_many_arguments, clippy::type_complexity)]
 
 use super::broadcast;
+use super::elementwise;
 use super::layout;
 use super::placed;
 use super::rebind::rebind;
@@ -231,7 +232,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         crate::trace::hit("FloatTensorOps::float_neg");
         let _timer =
             crate::profile::CpuOpTimer::start_with("float_neg", || vec![describe_operand(&tensor)]);
-        <C as FloatTensorOps<C>>::float_neg(tensor)
+        elementwise::float_neg::<C>(tensor)
     }
     fn float_recip(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
@@ -2988,7 +2989,7 @@ impl<C: Backend, A: Accelerator> ActivationOps<Self> for Hetero<C, A> {
         crate::trace::hit("ActivationOps::relu");
         let _timer =
             crate::profile::CpuOpTimer::start_with("relu", || vec![describe_operand(&tensor)]);
-        <C as ActivationOps<C>>::relu(tensor)
+        elementwise::relu::<C>(tensor)
     }
     fn relu_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
@@ -2996,7 +2997,7 @@ impl<C: Backend, A: Accelerator> ActivationOps<Self> for Hetero<C, A> {
         let _timer = crate::profile::CpuOpTimer::start_with("relu_backward", || {
             vec![describe_operand(&output), describe_operand(&grad)]
         });
-        <C as ActivationOps<C>>::relu_backward(output, grad)
+        elementwise::relu_backward::<C>(output, grad)
     }
     fn gelu(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
