@@ -293,7 +293,7 @@ fn weight_grad_splits(batch: usize, out_hw: usize) -> usize {
     let most = (batch * out_hw / MIN_SPLIT_REDUCTION).clamp(1, MAX_SPLITS);
     (1..=most.min(batch))
         .rev()
-        .find(|s| batch % s == 0)
+        .find(|s| batch.is_multiple_of(*s))
         .unwrap_or(1)
 }
 
