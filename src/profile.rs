@@ -163,7 +163,7 @@ impl Profile {
 }
 
 impl fmt::Display for Profile {
-    /// Two markdown tables: the conv layers' phases, and the CPU ops that took at least 0.5% of
+    /// Three markdown tables: the conv layers' phases, the CPU ops that took at least 0.5% of
     /// the CPU ops' time (the rest summed in one row).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;

@@ -309,6 +309,25 @@ fn profile_attributes_conv_phases_to_layers() {
     assert_eq!(calls("relu_backward"), Some(4), "\n{p}");
     assert!(p.cpu_ops.len() >= 10, "\n{p}");
     assert!(!p.totals().1.is_zero());
+    // The same calls split by operands: every call of an op with float operands is there, ReLU's
+    // backward on its two [batch, 6, 12, 12] operands.
+    let by_operands = |name: &str| -> u64 {
+        p.cpu_op_operands
+            .iter()
+            .filter(|o| o.name == name)
+            .map(|o| o.calls)
+            .sum()
+    };
+    for name in ["relu_backward", "relu", "float_add", "float_mul"] {
+        let all = calls(name).unwrap_or(0);
+        assert_eq!(by_operands(name), all, "{name}\n{p}");
+    }
+    assert!(
+        p.cpu_op_operands.iter().any(|o| o.name == "relu_backward"
+            && o.operands.starts_with('[')
+            && o.operands.contains(",6,12,12] · [")),
+        "\n{p}"
+    );
     let table = p.to_string();
     assert!(table.contains("| 1 | 6×1×12×12 → 6, 3×3 p1 | forward | accelerator/f16 | 4 |"));
     profile::reset_profile();
