@@ -7,8 +7,8 @@ Usage: scripts/gen_forwarding.py [BURN_BACKEND_SRC]   (default: burn-backend 0.2
 Writes `src/ops/forwarded.rs` (the trait impls) and `tests/ops_list.txt` (one `Trait::method` per
 line, which the conformance suite checks its coverage against). Methods listed in PLACED are not
 forwarded: their bodies call the named function of `src/ops/placed.rs`, where the real work is;
-those in REWRITTEN call the named function of `src/ops/broadcast.rs`, `layout.rs` or
-`elementwise.rs`.
+those in REWRITTEN call the named function of `src/ops/broadcast.rs`, `channels.rs`,
+`layout.rs` or `elementwise.rs`.
 Re-run it when Burn is upgraded; the output is committed so that a build needs no Python.
 """
 import glob
@@ -60,6 +60,7 @@ REWRITTEN = {
     "float_neg": "elementwise::float_neg",
     "relu": "elementwise::relu",
     "relu_backward": "elementwise::relu_backward",
+    "conv2d_bias_backward": "channels::conv2d_bias_backward",
 }
 
 
@@ -262,6 +263,7 @@ def main():
         "//! The ops that do real work are routed to [`super::placed`].\n",
         "#![allow(unused_mut, clippy::too_many_arguments, clippy::type_complexity)]\n\n",
         "use super::broadcast;\n",
+        "use super::channels;\n",
         "use super::elementwise;\n",
         "use super::layout;\n",
         "use super::placed;\n",

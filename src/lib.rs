@@ -5,6 +5,7 @@ mod accelerator;
 mod backend;
 mod device;
 mod fallback;
+pub mod norm;
 mod offload;
 mod ops;
 mod placement;

@@ -54,6 +54,7 @@ mod differential {
 }
 
 mod autodiff;
+mod batch_norm;
 mod conv_numerics;
 mod model;
 mod placement;

@@ -20,6 +20,7 @@ use crate::data::{
 };
 use crate::train::{self, SavePlan, Schedule, TrainData, TrainJob, TrainReport, TrainSettings};
 use crate::{AnyModel, MnistNet, ResNetConfig};
+use burn_hetero::norm::BatchNormBackend;
 
 /// Where Debian's `dataset-fashion-mnist` package puts the files.
 pub const FASHION_MNIST_DIR: &str = "/usr/share/datasets/fashion-mnist";
@@ -512,7 +513,7 @@ fn first_clause(reason: &str) -> &str {
 }
 
 /// Picks the backend type, with `C` as the CPU backend, and runs the command on it.
-fn select_backend<C: Backend>(
+fn select_backend<C: BatchNormBackend>(
     args: &TrainArgs,
     config: HeteroConfig,
     context: Context<'_>,
@@ -616,11 +617,14 @@ fn run_vulkan<C: Backend>(
 }
 
 /// Builds the model on `B` and trains (or evaluates) it.
-fn run_on<B: AutodiffBackend>(
+fn run_on<B: AutodiffBackend + BatchNormBackend>(
     context: Context<'_>,
     backend: String,
     device: B::Device,
-) -> Result<Outcome, CliError> {
+) -> Result<Outcome, CliError>
+where
+    B::InnerBackend: BatchNormBackend,
+{
     let args = context.args;
     println!("{} on {backend}", args.model.name());
     B::seed(&device, context.settings.seed);

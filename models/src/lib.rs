@@ -59,7 +59,7 @@ pub enum AnyModel<B: Backend> {
     ResNet(ResNet<B>),
 }
 
-impl<B: Backend> Classifier<B> for AnyModel<B> {
+impl<B: burn_hetero::norm::BatchNormBackend> Classifier<B> for AnyModel<B> {
     fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
         match self {
             AnyModel::Mnist(m) => m.forward(images),

@@ -24,6 +24,8 @@ use burn::tensor::activation::{log_softmax, relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Slice, Tensor};
 
+use burn_hetero::norm::{BatchNormBackend, batch_norm};
+
 use crate::{Classifier, nll_loss};
 
 /// Channels of the three stages.
@@ -260,10 +262,10 @@ pub struct ResNet<B: Backend> {
     pub fc: Linear<B>,
 }
 
-impl<B: Backend> ResNet<B> {
+impl<B: BatchNormBackend> ResNet<B> {
     /// Logits `[N, classes]` of images `[N, C, H, W]`.
     pub fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
-        let mut x = relu(self.stem_bn.forward(self.stem.forward(images)));
+        let mut x = relu(batch_norm(&self.stem_bn, self.stem.forward(images)));
         for block in &self.blocks {
             x = block.forward(x);
         }
@@ -271,7 +273,9 @@ impl<B: Backend> ResNet<B> {
         let pooled = x.flatten::<3>(2, 3).mean_dim(2).reshape([batch, channels]);
         self.fc.forward(pooled)
     }
+}
 
+impl<B: Backend> ResNet<B> {
     /// Mean cross-entropy loss (one element) of `targets` `[N]` given the logits of
     /// [`ResNet::forward`]: the negative log-likelihood of their log-softmax.
     pub fn loss(&self, logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1> {
@@ -284,7 +288,7 @@ impl<B: Backend> ResNet<B> {
     }
 }
 
-impl<B: Backend> Classifier<B> for ResNet<B> {
+impl<B: BatchNormBackend> Classifier<B> for ResNet<B> {
     fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
         ResNet::forward(self, images)
     }
@@ -361,18 +365,22 @@ impl<B: Backend> BasicBlock<B> {
             extra_channels: out_channels - in_channels,
         }
     }
+}
 
+impl<B: BatchNormBackend> BasicBlock<B> {
     /// Output `[N, c_out, ⌈H/s⌉, ⌈W/s⌉]` of input `[N, c_in, H, W]`, s the block's stride.
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        let residual = relu(self.bn1.forward(self.conv1.forward(x.clone())));
-        let residual = self.bn2.forward(self.conv2.forward(residual));
+        let residual = relu(batch_norm(&self.bn1, self.conv1.forward(x.clone())));
+        let residual = batch_norm(&self.bn2, self.conv2.forward(residual));
         let shortcut = match &self.projection {
-            Some(projection) => projection.bn.forward(projection.conv.forward(x)),
+            Some(projection) => batch_norm(&projection.bn, projection.conv.forward(x)),
             None => self.zero_pad_shortcut(x),
         };
         relu(residual + shortcut)
     }
+}
 
+impl<B: Backend> BasicBlock<B> {
     /// Option A (identity when the shape does not change). Taking every `stride`-th pixel from
     /// index 0 gives ⌈H/stride⌉ rows, the size the 3×3 convolution with padding 1 outputs. The
     /// zero channels go after the input's, so that the first channels of the output carry the

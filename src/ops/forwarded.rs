@@ -5,6 +5,7 @@
 #![allow(unused_mut, clippy::too_many_arguments, clippy::type_complexity)]
 
 use super::broadcast;
+use super::channels;
 use super::elementwise;
 use super::layout;
 use super::placed;
@@ -2290,7 +2291,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
                 describe_operand(&output_grad),
             ]
         });
-        <C as ModuleOps<C>>::conv2d_bias_backward(x, bias, output_grad)
+        channels::conv2d_bias_backward::<C>(x, bias, output_grad)
     }
     fn deform_conv2d(
         x: FloatTensor<Self>,

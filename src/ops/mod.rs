@@ -2,7 +2,9 @@
 //! the ops that do real work in [`placed`], and CPU ops rewritten for speed in [`broadcast`], [`layout`]
 //! and [`elementwise`].
 
+pub(crate) mod batch_norm;
 mod broadcast;
+pub(crate) mod channels;
 mod elementwise;
 mod forwarded;
 pub(crate) mod layout;

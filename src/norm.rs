@@ -1,0 +1,356 @@
+//! Batch normalisation as one op with its own backward.
+//!
+//! burn-nn's [`BatchNorm`] is written in tensor ops, so under [`Autodiff`] a training step runs
+//! each of them forward and again backward: about thirty CPU ops on full-size tensors per layer,
+//! two of them strided copies. [`batch_norm`] computes the same function through
+//! [`BatchNormBackend`], whose training forward and backward are one op each: on `Hetero` with
+//! burn-flex as the CPU backend they are a few threaded passes over memory; on any other backend
+//! they are the textbook formulas in tensor ops (no autodiff graph through them).
+//!
+//! A model opts in by calling [`batch_norm`] where it called `BatchNorm::forward`; the module,
+//! its record and its running statistics are burn-nn's, so checkpoints do not change.
+//!
+//! ```
+//! # use burn::nn::BatchNormConfig;
+//! # use burn::tensor::{Distribution, Tensor};
+//! use burn::backend::Autodiff;
+//! use burn_hetero::norm::batch_norm;
+//! type B = Autodiff<burn_hetero::NdArray>;
+//! let device = Default::default();
+//! let bn = BatchNormConfig::new(3).init::<B>(&device);
+//! let x = Tensor::<B, 4>::random([2, 3, 4, 4], Distribution::Default, &device);
+//! let y = batch_norm(&bn, x);
+//! assert_eq!(y.dims(), [2, 3, 4, 4]);
+//! ```
+
+use crate::{Accelerator, Hetero};
+use burn::nn::BatchNorm;
+use burn::tensor::{Tensor, TensorPrimitive};
+use burn_autodiff::Autodiff;
+use burn_autodiff::checkpoint::base::Checkpointer;
+use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{Backward, Ops, OpsKind};
+use burn_backend::tensor::FloatTensor;
+use burn_backend::{Backend, BackendTypes, TensorMetadata};
+
+/// Results of a training-mode batch norm forward.
+#[derive(Debug)]
+pub struct BatchNormTrain<B: BackendTypes> {
+    /// The normalised, scaled and shifted input; the input's shape.
+    pub output: FloatTensor<B>,
+    /// The batch mean per channel, `[channels]`.
+    pub mean: FloatTensor<B>,
+    /// The biased batch variance per channel (divided by the value count), `[channels]`.
+    pub var: FloatTensor<B>,
+}
+
+/// Gradients of a training-mode batch norm.
+#[derive(Debug)]
+pub struct BatchNormGrads<B: BackendTypes> {
+    /// Of the input; the input's shape.
+    pub input: FloatTensor<B>,
+    /// Of the scale `gamma`, `[channels]`.
+    pub gamma: FloatTensor<B>,
+    /// Of the shift `beta`, `[channels]`.
+    pub beta: FloatTensor<B>,
+}
+
+/// A backend with batch norm's training forward and backward as single ops.
+///
+/// Both have defaults in tensor ops, so a backend implements it with an empty `impl`; `Hetero`
+/// overrides them with fused CPU passes, and `Autodiff<B>` records the forward as one node whose
+/// backward is `B`'s.
+pub trait BatchNormBackend: Backend {
+    /// Normalises `x` (`[batch, channels, ...]`) per channel with the batch's mean and biased
+    /// variance, then scales by `gamma` and shifts by `beta` (both `[channels]`).
+    fn batch_norm_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> BatchNormTrain<Self> {
+        decomposed_forward::<Self>(x, gamma, beta, epsilon)
+    }
+
+    /// Gradients of [`Self::batch_norm_train`] given its input, `gamma`, the batch statistics it
+    /// returned and the gradient of its output.
+    fn batch_norm_train_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        var: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> BatchNormGrads<Self> {
+        decomposed_backward::<Self>(x, gamma, mean, var, grad, epsilon)
+    }
+}
+
+/// burn-nn's `BatchNorm::forward` with the training path through [`BatchNormBackend`]: the same
+/// output, gradients and running-statistics update. Inference (no autodiff) uses the running
+/// statistics exactly as burn-nn does.
+///
+/// # Panics
+///
+/// If `input` has rank < 2, or its channel count is not the module's (as burn-nn does).
+pub fn batch_norm<B: BatchNormBackend, const D: usize>(
+    module: &BatchNorm<B>,
+    input: Tensor<B, D>,
+) -> Tensor<B, D> {
+    assert!(
+        D >= 2,
+        "batch norm needs an input of rank >= 2, [batch, channels, ...]; got rank {D}"
+    );
+    let device = input.device();
+    if !B::ad_enabled(&device) {
+        return module.forward(input);
+    }
+    let channels = module.gamma.dims()[0];
+    assert_eq!(
+        input.dims()[1],
+        channels,
+        "batch norm over {channels} channels got an input of shape {:?}",
+        input.dims()
+    );
+    let out = B::batch_norm_train(
+        input.into_primitive().tensor(),
+        module.gamma.val().into_primitive().tensor(),
+        module.beta.val().into_primitive().tensor(),
+        module.epsilon,
+    );
+    let per_channel = |t| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t)).detach();
+    let (mean, var) = (per_channel(out.mean), per_channel(out.var));
+    let momentum = module.momentum;
+    let update = |state: &burn::module::RunningState<Tensor<B, 1>>, batch: Tensor<B, 1>| {
+        let running = state.value_sync().to_device(&device);
+        state.update(
+            running
+                .mul_scalar(1.0 - momentum)
+                .add(batch.mul_scalar(momentum))
+                .detach(),
+        );
+    };
+    update(&module.running_mean, mean);
+    update(&module.running_var, var);
+    Tensor::from_primitive(TensorPrimitive::Float(out.output))
+}
+
+/// `x` as `[batch, channels, rest]` and the shape to give results back in.
+fn flattened<B: Backend>(x: FloatTensor<B>) -> (Tensor<B, 3>, burn_std::Shape) {
+    let shape = x.shape();
+    let dims = shape.as_slice();
+    let rest: usize = dims[2..].iter().product();
+    let x = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(B::float_reshape(
+        x,
+        [dims[0], dims[1], rest].into(),
+    )));
+    (x, shape)
+}
+
+fn channel_view<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 3> {
+    let t = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t));
+    let channels = t.dims()[0];
+    t.reshape([1, channels, 1])
+}
+
+fn primitive<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
+    t.into_primitive().tensor()
+}
+
+/// The default forward, in `B`'s tensor ops.
+pub fn decomposed_forward<B: Backend>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    beta: FloatTensor<B>,
+    epsilon: f64,
+) -> BatchNormTrain<B> {
+    let (x, shape) = flattened::<B>(x);
+    let [batch, channels, rest] = x.dims();
+    let count = (batch * rest).max(1) as f64;
+    let mean = x.clone().sum_dim(2).sum_dim(0).div_scalar(count);
+    let centred = x - mean.clone();
+    let var = centred
+        .clone()
+        .square()
+        .sum_dim(2)
+        .sum_dim(0)
+        .div_scalar(count);
+    let scale = var.clone().add_scalar(epsilon).sqrt().recip() * channel_view::<B>(gamma);
+    let output = centred * scale + channel_view::<B>(beta);
+    BatchNormTrain {
+        output: B::float_reshape(primitive(output), shape),
+        mean: primitive(mean.reshape([channels])),
+        var: primitive(var.reshape([channels])),
+    }
+}
+
+/// The default backward, in `B`'s tensor ops.
+pub fn decomposed_backward<B: Backend>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    mean: FloatTensor<B>,
+    var: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    epsilon: f64,
+) -> BatchNormGrads<B> {
+    let (x, shape) = flattened::<B>(x);
+    let (grad, _) = flattened::<B>(grad);
+    let [batch, channels, rest] = x.dims();
+    let count = (batch * rest).max(1) as f64;
+    let invstd = channel_view::<B>(var).add_scalar(epsilon).sqrt().recip();
+    let normalised = (x - channel_view::<B>(mean)) * invstd.clone();
+    let grad_beta = grad.clone().sum_dim(2).sum_dim(0);
+    let grad_gamma = (grad.clone() * normalised.clone()).sum_dim(2).sum_dim(0);
+    let input = (grad
+        - grad_beta.clone().div_scalar(count)
+        - normalised * grad_gamma.clone().div_scalar(count))
+        * (invstd * channel_view::<B>(gamma));
+    BatchNormGrads {
+        input: B::float_reshape(primitive(input), shape),
+        gamma: primitive(grad_gamma.reshape([channels])),
+        beta: primitive(grad_beta.reshape([channels])),
+    }
+}
+
+impl BatchNormBackend for burn_ndarray::NdArray<f32> {}
+impl BatchNormBackend for burn_flex::Flex {}
+impl<R, F, I, BT> BatchNormBackend for burn_cubecl::CubeBackend<R, F, I, BT>
+where
+    R: burn_cubecl::CubeRuntime,
+    F: burn_cubecl::FloatElement,
+    I: burn_cubecl::IntElement,
+    BT: burn_cubecl::BoolElement,
+    Self: Backend,
+{
+}
+
+impl<C: Backend, A: Accelerator> BatchNormBackend for Hetero<C, A> {
+    fn batch_norm_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> BatchNormTrain<Self> {
+        let timer = crate::profile::CpuOpTimer::start_with("batch_norm_train", || {
+            vec![crate::profile::describe_operand(&x)]
+        });
+        match crate::ops::batch_norm::forward::<C>(x, gamma, beta, epsilon) {
+            Ok(out) => BatchNormTrain {
+                output: out.output,
+                mean: out.mean,
+                var: out.var,
+            },
+            Err((why, [x, gamma, beta])) => {
+                drop(timer);
+                op_by_op("batch_norm_train", &why);
+                decomposed_forward::<Self>(x, gamma, beta, epsilon)
+            }
+        }
+    }
+
+    fn batch_norm_train_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        var: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> BatchNormGrads<Self> {
+        let timer = crate::profile::CpuOpTimer::start_with("batch_norm_train_backward", || {
+            vec![crate::profile::describe_operand(&grad)]
+        });
+        match crate::ops::batch_norm::backward::<C>(x, gamma, mean, var, grad, epsilon) {
+            Ok(out) => BatchNormGrads {
+                input: out.input,
+                gamma: out.gamma,
+                beta: out.beta,
+            },
+            Err((why, [x, gamma, mean, var, grad])) => {
+                drop(timer);
+                op_by_op("batch_norm_train_backward", &why);
+                decomposed_backward::<Self>(x, gamma, mean, var, grad, epsilon)
+            }
+        }
+    }
+}
+
+/// Logs once per op and reason that the fused form was not used.
+fn op_by_op(op: &str, why: &str) {
+    crate::fallback::warn_once(
+        &format!("{op}: {why}"),
+        &format!(
+            "{op} runs op by op on the CPU backend ({why}); the fused form needs burn-flex and contiguous f32 tensors"
+        ),
+    );
+}
+
+/// The autodiff node of a batch norm: input, `gamma` and `beta` as parents.
+#[derive(Debug)]
+struct BatchNormNode;
+
+impl<B: BatchNormBackend> Backward<B, 3> for BatchNormNode {
+    /// Input, `gamma`, batch mean and variance, epsilon.
+    type State = (
+        FloatTensor<B>,
+        FloatTensor<B>,
+        FloatTensor<B>,
+        FloatTensor<B>,
+        f64,
+    );
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_gamma, node_beta] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node);
+        let (x, gamma, mean, var, epsilon) = ops.state;
+        let out = B::batch_norm_train_backward(x, gamma, mean, var, grad, epsilon);
+        for (node, grad) in [
+            (node_x, out.input),
+            (node_gamma, out.gamma),
+            (node_beta, out.beta),
+        ] {
+            if let Some(node) = node {
+                grads.register::<B>(node.id, grad);
+            }
+        }
+    }
+}
+
+impl<B: BatchNormBackend, S: CheckpointStrategy> BatchNormBackend for Autodiff<B, S> {
+    fn batch_norm_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> BatchNormTrain<Self> {
+        let out = B::batch_norm_train(
+            x.primitive.clone(),
+            gamma.primitive.clone(),
+            beta.primitive,
+            epsilon,
+        );
+        let untracked = <FloatTensor<Self>>::new;
+        let output = match BatchNormNode
+            .prepare::<S>([x.node, gamma.node, beta.node])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(
+                (
+                    x.primitive,
+                    gamma.primitive,
+                    out.mean.clone(),
+                    out.var.clone(),
+                    epsilon,
+                ),
+                out.output,
+            ),
+            OpsKind::UnTracked(prep) => prep.finish(out.output),
+        };
+        BatchNormTrain {
+            output,
+            mean: untracked(out.mean),
+            var: untracked(out.var),
+        }
+    }
+}

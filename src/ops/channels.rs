@@ -1,0 +1,119 @@
+//! Per-channel work on `[batch, channels, ...]` burn-flex f32 tensors across rayon's threads:
+//! the layout helpers batch norm uses, and the bias gradient of a convolution (a sum per
+//! channel, which burn-flex computes through a strided copy of a `swap_dims(0, 1)` view and a
+//! single-threaded sum).
+
+use super::layout::{from_flex, into_flex};
+use burn_backend::tensor::FloatTensor;
+use burn_backend::{Backend, DType, TensorMetadata};
+use burn_flex::{FlexTensor, Layout};
+use burn_std::{Bytes, Shape};
+use rayon::prelude::*;
+
+/// Values per rayon task at least, when planes are short.
+const MIN_TASK: usize = 1 << 12;
+
+/// An `[batch, channels, ...]` f32 tensor's values as `batch · channels` planes.
+pub(crate) struct Planes {
+    pub(crate) batch: usize,
+    pub(crate) channels: usize,
+    pub(crate) len: usize,
+}
+
+impl Planes {
+    /// Tensors of rank ≥ 2 only; a rank-2 tensor has planes of one value.
+    pub(crate) fn of(shape: &Shape) -> Option<Self> {
+        let dims = shape.as_slice();
+        if dims.len() < 2 {
+            return None;
+        }
+        Some(Self {
+            batch: dims[0],
+            channels: dims[1],
+            len: dims[2..].iter().product(),
+        })
+    }
+
+    /// Values per channel.
+    pub(crate) fn count(&self) -> usize {
+        self.batch * self.len
+    }
+
+    /// Planes per rayon task, so that short planes are not one task each.
+    pub(crate) fn min_planes(&self) -> usize {
+        (MIN_TASK / self.len.max(1)).max(1)
+    }
+
+    /// `sums(plane, channel)` for every plane across threads, added up per channel in f64.
+    pub(crate) fn per_channel<F>(&self, sums: F) -> Vec<(f64, f64)>
+    where
+        F: Fn(usize, usize) -> (f64, f64) + Sync,
+    {
+        let channels = self.channels;
+        let planes: Vec<(f64, f64)> = (0..self.batch * channels)
+            .into_par_iter()
+            .with_min_len(self.min_planes())
+            .map(|p| sums(p, p % channels))
+            .collect();
+        let mut out = vec![(0.0, 0.0); channels];
+        for (p, (a, b)) in planes.into_iter().enumerate() {
+            out[p % channels].0 += a;
+            out[p % channels].1 += b;
+        }
+        out
+    }
+}
+
+/// A contiguous f32 burn-flex tensor's values; None for other dtypes or strided views.
+pub(crate) fn values(tensor: &FlexTensor) -> Option<&[f32]> {
+    if tensor.dtype() != DType::F32 {
+        return None;
+    }
+    let (start, end) = tensor.layout().contiguous_offsets()?;
+    Some(&tensor.storage::<f32>()[start..end])
+}
+
+pub(crate) fn dense(values: Vec<f32>, shape: Shape) -> FlexTensor {
+    FlexTensor::new(
+        Bytes::from_elems(values),
+        Layout::contiguous(shape),
+        DType::F32,
+    )
+}
+
+/// `Σ x` in f64, eight lanes at a time.
+fn sum(x: &[f32]) -> f64 {
+    let mut lanes = [0f64; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for lane in 0..8 {
+            lanes[lane] += chunk[lane] as f64;
+        }
+    }
+    lanes.iter().sum::<f64>() + tail.iter().map(|&v| v as f64).sum::<f64>()
+}
+
+/// A convolution's bias gradient, the output gradient summed per channel, when `C` is burn-flex
+/// and the output gradient a contiguous f32 tensor; `C`'s own otherwise.
+pub(crate) fn conv2d_bias_backward<C: Backend>(
+    x: FloatTensor<C>,
+    bias: FloatTensor<C>,
+    output_grad: FloatTensor<C>,
+) -> FloatTensor<C> {
+    let grad = match into_flex::<C>(output_grad) {
+        Ok(grad) => grad,
+        Err(grad) => return C::conv2d_bias_backward(x, bias, grad),
+    };
+    let planes = Planes::of(grad.layout().shape());
+    let (Some(planes), Some(dy)) = (planes, values(&grad)) else {
+        return C::conv2d_bias_backward(x, bias, from_flex::<C>(grad));
+    };
+    if bias.shape().num_elements() != planes.channels {
+        return C::conv2d_bias_backward(x, bias, from_flex::<C>(grad));
+    }
+    let len = planes.len;
+    let sums = planes.per_channel(|p, _| (sum(&dy[p * len..(p + 1) * len]), 0.0));
+    let out: Vec<f32> = sums.iter().map(|&(s, _)| s as f32).collect();
+    from_flex::<C>(dense(out, bias.shape()))
+}

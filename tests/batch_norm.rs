@@ -1,0 +1,311 @@
+//! Batch norm as one op (`burn_hetero::norm`): output, running statistics and the gradients of
+//! input, `gamma` and `beta` against an f64 reference of the same formulas, on each path: the
+//! fused passes of `Hetero<Flex, _>`, the op-by-op default (burn-ndarray) and the logged
+//! fallback of `Hetero<NdArray, _>`. burn-nn's own `BatchNorm` is checked against the same
+//! reference, so the reference is not ours alone.
+
+use crate::common::*;
+use burn::backend::Autodiff;
+use burn::module::Param;
+use burn::nn::{BatchNorm, BatchNormConfig};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+use burn_hetero::norm::{BatchNormBackend, batch_norm};
+
+type F = burn_flex::Flex;
+type HF = burn_hetero::Hetero<F, Accel>;
+
+const EPSILON: f64 = 1e-5;
+const MOMENTUM: f64 = 0.1;
+
+/// One case's inputs.
+struct Inputs {
+    shape: Vec<usize>,
+    x: Vec<f32>,
+    gamma: Vec<f32>,
+    beta: Vec<f32>,
+    /// The output gradient (the loss is `Σ y · dy`).
+    dy: Vec<f32>,
+}
+
+impl Inputs {
+    fn new(name: &str, shape: &[usize], offset: f32, spread: f32) -> Self {
+        let mut rng = rng_for(name);
+        let n: usize = shape.iter().product();
+        let channels = shape[1];
+        Self {
+            shape: shape.to_vec(),
+            x: random_vec(&mut rng, n, offset - spread, offset + spread),
+            gamma: random_vec(&mut rng, channels, 0.5, 1.5),
+            beta: random_vec(&mut rng, channels, -0.5, 0.5),
+            dy: random_vec(&mut rng, n, -1.0, 1.0),
+        }
+    }
+
+    fn planes(&self) -> (usize, usize, usize) {
+        (
+            self.shape[0],
+            self.shape[1],
+            self.shape[2..].iter().product(),
+        )
+    }
+}
+
+/// Output, running mean, running var, input, gamma and beta gradients, in that order.
+type Results = [Vec<f64>; 6];
+
+const NAMES: [&str; 6] = [
+    "output",
+    "running mean",
+    "running var",
+    "dx",
+    "dgamma",
+    "dbeta",
+];
+
+/// The f64 reference: biased batch variance, running statistics from 0 and 1.
+fn reference(inputs: &Inputs) -> Results {
+    let (batch, channels, len) = inputs.planes();
+    let count = (batch * len) as f64;
+    let at = |n: usize, c: usize, i: usize| (n * channels + c) * len + i;
+    let size = inputs.x.len();
+    let (mut y, mut dx) = (vec![0.0; size], vec![0.0; size]);
+    let (mut mean, mut var, mut dgamma, mut dbeta) = (vec![], vec![], vec![], vec![]);
+    for c in 0..channels {
+        let values = || (0..batch).flat_map(move |n| (0..len).map(move |i| at(n, c, i)));
+        let m = values().map(|j| inputs.x[j] as f64).sum::<f64>() / count;
+        let v = values()
+            .map(|j| (inputs.x[j] as f64 - m).powi(2))
+            .sum::<f64>()
+            / count;
+        let invstd = 1.0 / (v + EPSILON).sqrt();
+        let (g, b) = (inputs.gamma[c] as f64, inputs.beta[c] as f64);
+        let xhat = |j: usize| (inputs.x[j] as f64 - m) * invstd;
+        let sum_dy: f64 = values().map(|j| inputs.dy[j] as f64).sum();
+        let sum_dy_xhat: f64 = values().map(|j| inputs.dy[j] as f64 * xhat(j)).sum();
+        for j in values() {
+            y[j] = xhat(j) * g + b;
+            dx[j] =
+                g * invstd * (inputs.dy[j] as f64 - sum_dy / count - xhat(j) * sum_dy_xhat / count);
+        }
+        mean.push(m * MOMENTUM);
+        var.push((1.0 - MOMENTUM) + v * MOMENTUM);
+        dgamma.push(sum_dy_xhat);
+        dbeta.push(sum_dy);
+    }
+    [y, mean, var, dx, dgamma, dbeta]
+}
+
+fn values<B: burn::tensor::backend::Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
+    let data = t.into_data().convert::<f32>();
+    data.as_slice::<f32>()
+        .unwrap()
+        .iter()
+        .map(|&v| v as f64)
+        .collect()
+}
+
+/// One training forward and backward of a batch norm on `B`, through [`batch_norm`] or, with
+/// `burn_nn`, through burn-nn's own `BatchNorm::forward`.
+fn run<B: AutodiffBackend + BatchNormBackend, const D: usize>(
+    inputs: &Inputs,
+    burn_nn: bool,
+) -> Results {
+    let device = Default::default();
+    let channels = inputs.shape[1];
+    let tensor = |v: &[f32], shape: Vec<usize>| {
+        Tensor::<B, D>::from_data(TensorData::new(v.to_vec(), shape), &device)
+    };
+    let per_channel =
+        |v: &[f32]| Tensor::<B, 1>::from_data(TensorData::new(v.to_vec(), [channels]), &device);
+    let mut module: BatchNorm<B> = BatchNormConfig::new(channels)
+        .with_epsilon(EPSILON)
+        .with_momentum(MOMENTUM)
+        .init(&device);
+    module.gamma = Param::from_tensor(per_channel(&inputs.gamma));
+    module.beta = Param::from_tensor(per_channel(&inputs.beta));
+    let x = tensor(&inputs.x, inputs.shape.clone()).require_grad();
+    let y = if burn_nn {
+        module.forward(x.clone())
+    } else {
+        batch_norm(&module, x.clone())
+    };
+    let dy = tensor(&inputs.dy, inputs.shape.clone());
+    let grads = (y.clone() * dy).sum().backward();
+    [
+        values(y),
+        values(module.running_mean.value_sync()),
+        values(module.running_var.value_sync()),
+        values(x.grad(&grads).expect("input gradient")),
+        values(module.gamma.grad(&grads).expect("gamma gradient")),
+        values(module.beta.grad(&grads).expect("beta gradient")),
+    ]
+}
+
+fn assert_close(path: &str, got: &Results, expected: &Results, tolerance: f64) {
+    for ((name, got), expected) in NAMES.iter().zip(got).zip(expected) {
+        assert!(
+            got.iter().all(|v| v.is_finite()),
+            "{path}: {name} has a NaN or infinity"
+        );
+        let got: Vec<f32> = got.iter().map(|&v| v as f32).collect();
+        let error = rel_l2(&got, expected);
+        assert!(
+            error <= tolerance,
+            "{path}: {name} relative L2 error {error:.3e} > {tolerance:.0e}"
+        );
+    }
+}
+
+fn check<const D: usize>(name: &str, shape: &[usize]) {
+    let inputs = Inputs::new(name, shape, 0.3, 2.0);
+    let expected = reference(&inputs);
+    let tolerance = 1e-5;
+    assert_close(
+        &format!("{name}: burn-nn on burn-ndarray (checks the reference)"),
+        &run::<Autodiff<N>, D>(&inputs, true),
+        &expected,
+        tolerance,
+    );
+    assert_close(
+        &format!("{name}: fused, Hetero<Flex>"),
+        &run::<Autodiff<HF>, D>(&inputs, false),
+        &expected,
+        tolerance,
+    );
+    assert_close(
+        &format!("{name}: op by op, burn-ndarray"),
+        &run::<Autodiff<N>, D>(&inputs, false),
+        &expected,
+        tolerance,
+    );
+    assert_close(
+        &format!("{name}: fallback, Hetero<NdArray>"),
+        &run::<Autodiff<H>, D>(&inputs, false),
+        &expected,
+        tolerance,
+    );
+}
+
+/// Every path against the f64 reference, for images (odd plane sizes, planes longer than one
+/// rayon task), sequences and plain `[batch, features]` inputs.
+#[test]
+fn all_paths_match_the_reference() {
+    check::<4>("bn 4x3x5x7", &[4, 3, 5, 7]);
+    check::<4>("bn 8x16x16x16", &[8, 16, 16, 16]);
+    check::<3>("bn 3x4x6", &[3, 4, 6]);
+    check::<2>("bn 6x5", &[6, 5]);
+}
+
+/// A channel whose mean is large against its spread: the fused path's shifted f64 sums keep the
+/// variance (and so every output) to f32 accuracy.
+#[test]
+fn fused_path_keeps_digits_for_offset_channels() {
+    let inputs = Inputs::new("bn offset", &[4, 3, 9, 9], 100.0, 1.0);
+    assert_close(
+        "offset channels: fused, Hetero<Flex>",
+        &run::<Autodiff<HF>, 4>(&inputs, false),
+        &reference(&inputs),
+        1e-5,
+    );
+}
+
+/// The backward writes the input gradient over the output gradient's buffer only when nothing
+/// else holds it: a held output gradient is unchanged afterwards, and both branches agree bit
+/// for bit.
+#[test]
+fn backward_leaves_a_held_gradient_alone() {
+    let inputs = Inputs::new("bn held", &[4, 6, 8, 8], -0.2, 1.5);
+    let device = Default::default();
+    let shape = inputs.shape.clone();
+    let float = |v: &[f32], shape: Vec<usize>| {
+        Tensor::<HF, 4>::from_data(TensorData::new(v.to_vec(), shape), &device)
+            .into_primitive()
+            .tensor()
+    };
+    let channel = |v: &[f32]| {
+        Tensor::<HF, 1>::from_data(TensorData::new(v.to_vec(), [v.len()]), &device)
+            .into_primitive()
+            .tensor()
+    };
+    let forward = HF::batch_norm_train(
+        float(&inputs.x, shape.clone()),
+        channel(&inputs.gamma),
+        channel(&inputs.beta),
+        EPSILON,
+    );
+    let data = |t| {
+        Tensor::<HF, 1>::from_primitive(TensorPrimitive::Float(t))
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    let (mean, var) = (data(forward.mean), data(forward.var));
+    let backward = |grad| {
+        HF::batch_norm_train_backward(
+            float(&inputs.x, shape.clone()),
+            channel(&inputs.gamma),
+            channel(&mean),
+            channel(&var),
+            grad,
+            EPSILON,
+        )
+    };
+    let held = float(&inputs.dy, shape.clone());
+    let shared = backward(held.clone());
+    let unique = backward(float(&inputs.dy, shape.clone()));
+    let flat = |t| {
+        Tensor::<HF, 4>::from_primitive(TensorPrimitive::Float(t))
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    assert_eq!(flat(held), inputs.dy, "the held output gradient changed");
+    assert_eq!(
+        flat(shared.input),
+        flat(unique.input),
+        "in place and out of place differ"
+    );
+    assert_eq!(data(shared.gamma), data(unique.gamma));
+    assert_eq!(data(shared.beta), data(unique.beta));
+}
+
+/// A convolution's bias gradient on `Hetero<Flex, _>` (a threaded sum per channel) against the
+/// f64 sum, for planes shorter and longer than a rayon task and an odd plane size.
+#[test]
+fn conv_bias_gradient_is_the_channel_sum() {
+    use burn::tensor::ops::ModuleOps;
+    for shape in [[3, 5, 7, 9], [64, 20, 8, 8], [2, 50, 1, 1]] {
+        let inputs = Inputs::new("conv bias grad", &shape, 0.7, 1.0);
+        let (batch, channels, len) = inputs.planes();
+        let device = Default::default();
+        let float = |v: &[f32], shape: Vec<usize>| {
+            Tensor::<HF, 4>::from_data(TensorData::new(v.to_vec(), shape), &device)
+                .into_primitive()
+                .tensor()
+        };
+        let bias =
+            Tensor::<HF, 1>::from_data(TensorData::new(inputs.gamma.clone(), [channels]), &device)
+                .into_primitive()
+                .tensor();
+        let grad = HF::conv2d_bias_backward(
+            float(&inputs.x, shape.to_vec()),
+            bias,
+            float(&inputs.dy, shape.to_vec()),
+        );
+        let got = Tensor::<HF, 1>::from_primitive(TensorPrimitive::Float(grad))
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        let expected: Vec<f64> = (0..channels)
+            .map(|c| {
+                (0..batch)
+                    .flat_map(|n| (0..len).map(move |i| (n * channels + c) * len + i))
+                    .map(|j| inputs.dy[j] as f64)
+                    .sum()
+            })
+            .collect();
+        let error = rel_l2(&got, &expected);
+        assert!(error <= 1e-6, "{shape:?}: relative L2 error {error:.3e}");
+    }
+}
