@@ -1517,3 +1517,85 @@ pub fn flex_layouts_are_identical() {
         }
     }
 }
+
+/// 2D max pooling and its backward on `Hetero<Flex, _>` (plane-parallel, `src/ops/pool.rs`)
+/// against burn-flex itself, bit for bit: outputs, indices and input gradients, over kernels,
+/// strides, paddings, dilations and ceil mode, with ties and NaNs in the input; a permuted view
+/// (left to burn-flex) as well.
+pub fn flex_pooling_is_identical() {
+    use burn::tensor::module::max_pool2d_with_indices;
+    type F = burn_flex::Flex;
+    type HF = burn_hetero::Hetero<F, Accel>;
+    type Options = ([usize; 2], [usize; 2], [usize; 2], [usize; 2], bool);
+    fn run<B: Backend>(
+        values: &[f32],
+        dims: [usize; 4],
+        permuted: bool,
+        (kernel, stride, padding, dilation, ceil): Options,
+        grad_values: &dyn Fn(usize) -> Vec<f32>,
+    ) -> Vec<TensorData> {
+        let dev = Default::default();
+        let [a, b, h, w] = dims;
+        let x = if permuted {
+            Tensor::<B, 4>::from_data(TensorData::new(values.to_vec(), [b, a, h, w]), &dev)
+                .swap_dims(0, 1)
+        } else {
+            Tensor::<B, 4>::from_data(TensorData::new(values.to_vec(), dims), &dev)
+        };
+        let plain =
+            burn::tensor::module::max_pool2d(x.clone(), kernel, stride, padding, dilation, ceil);
+        let (out, indices) =
+            max_pool2d_with_indices(x.clone(), kernel, stride, padding, dilation, ceil);
+        let out_dims = out.dims();
+        let grad = Tensor::<B, 4>::from_data(
+            TensorData::new(grad_values(out_dims.iter().product()), out_dims),
+            &dev,
+        );
+        let x_grad = B::max_pool2d_with_indices_backward(
+            x.into_primitive().tensor(),
+            kernel,
+            stride,
+            padding,
+            dilation,
+            ceil,
+            grad.into_primitive().tensor(),
+            indices.clone().into_primitive(),
+        )
+        .x_grad;
+        vec![
+            plain.into_data(),
+            out.into_data(),
+            indices.into_data(),
+            Tensor::<B, 4>::from_primitive(burn::tensor::TensorPrimitive::Float(x_grad))
+                .into_data(),
+        ]
+    }
+    let mut rng = rng_for("flex pooling");
+    let options: [Options; 5] = [
+        ([2, 2], [2, 2], [0, 0], [1, 1], false),
+        ([3, 3], [2, 2], [1, 1], [1, 1], true),
+        ([3, 2], [1, 2], [1, 0], [2, 1], false),
+        ([2, 2], [3, 3], [1, 1], [1, 1], true),
+        ([5, 5], [1, 1], [2, 2], [1, 1], false),
+    ];
+    for dims in [[3, 4, 9, 7], [2, 3, 24, 24], [1, 2, 2, 3]] {
+        let n: usize = dims.iter().product();
+        // Few distinct values, so that windows hold ties, and a few NaNs.
+        let mut values: Vec<f32> = (0..n).map(|_| rng.random_range(0..5) as f32).collect();
+        for i in (0..n).step_by(13) {
+            values[i] = f32::NAN;
+        }
+        for option in options {
+            for permuted in [false, true] {
+                let grads =
+                    |m: usize| -> Vec<f32> { (0..m).map(|i| (i % 7) as f32 - 3.25).collect() };
+                let hetero = run::<HF>(&values, dims, permuted, option, &grads);
+                let flex = run::<F>(&values, dims, permuted, option, &grads);
+                let case = format!("max pool {dims:?} {option:?} permuted {permuted}");
+                for (i, (h, f)) in hetero.iter().zip(&flex).enumerate() {
+                    assert_identical(&case, i, h, f);
+                }
+            }
+        }
+    }
+}

@@ -33,6 +33,12 @@ mod differential {
         crate::diff_float::flex_layouts_are_identical();
     }
 
+    /// 2D max pooling and its backward on `Hetero<Flex, _>` against burn-flex itself.
+    #[test]
+    fn differential_flex_pooling() {
+        crate::diff_float::flex_pooling_is_identical();
+    }
+
     #[test]
     fn differential_int_and_bool_ops() {
         let _s = settings(HeteroConfig::cpu_only());

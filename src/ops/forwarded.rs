@@ -9,6 +9,7 @@ use super::channels;
 use super::elementwise;
 use super::layout;
 use super::placed;
+use super::pool;
 use super::rebind::rebind;
 use crate::profile::describe_operand;
 use crate::{Accelerator, Hetero};
@@ -2798,7 +2799,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
         crate::trace::hit("ModuleOps::max_pool2d");
         let _timer =
             crate::profile::CpuOpTimer::start_with("max_pool2d", || vec![describe_operand(&x)]);
-        <C as ModuleOps<C>>::max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)
+        pool::max_pool2d::<C>(x, kernel_size, stride, padding, dilation, ceil_mode)
     }
     fn max_pool2d_with_indices(
         x: FloatTensor<Self>,
@@ -2813,7 +2814,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
         let _timer = crate::profile::CpuOpTimer::start_with("max_pool2d_with_indices", || {
             vec![describe_operand(&x)]
         });
-        rebind(<C as ModuleOps<C>>::max_pool2d_with_indices(
+        rebind(pool::max_pool2d_with_indices::<C>(
             x,
             kernel_size,
             stride,
@@ -2838,7 +2839,7 @@ impl<C: Backend, A: Accelerator> ModuleOps<Self> for Hetero<C, A> {
             crate::profile::CpuOpTimer::start_with("max_pool2d_with_indices_backward", || {
                 vec![describe_operand(&x), describe_operand(&output_grad)]
             });
-        rebind(<C as ModuleOps<C>>::max_pool2d_with_indices_backward(
+        rebind(pool::max_pool2d_with_indices_backward::<C>(
             x,
             kernel_size,
             stride,

@@ -25,6 +25,17 @@ const MIN_BLOCKS_PER_TASK: usize = 16;
 
 /// `tensor` as burn-flex's tensor, when `C` is burn-flex; given back unchanged otherwise.
 pub(crate) fn into_flex<C: Backend>(tensor: FloatTensor<C>) -> Result<FlexTensor, FloatTensor<C>> {
+    primitive_into_flex(tensor)
+}
+
+/// The inverse of [`into_flex`]: `C` must be burn-flex.
+pub(crate) fn from_flex<C: Backend>(tensor: FlexTensor) -> FloatTensor<C> {
+    flex_into_primitive(tensor)
+}
+
+/// Any primitive (float, int or bool) as burn-flex's tensor, when it is one; given back
+/// unchanged otherwise.
+pub(crate) fn primitive_into_flex<T: 'static>(tensor: T) -> Result<FlexTensor, T> {
     let mut slot = Some(tensor);
     match (&mut slot as &mut dyn Any).downcast_mut::<Option<FlexTensor>>() {
         Some(flex) => Ok(flex.take().expect("the slot was just filled")),
@@ -32,13 +43,13 @@ pub(crate) fn into_flex<C: Backend>(tensor: FloatTensor<C>) -> Result<FlexTensor
     }
 }
 
-/// The inverse of [`into_flex`]: `C` must be burn-flex.
-pub(crate) fn from_flex<C: Backend>(tensor: FlexTensor) -> FloatTensor<C> {
+/// The inverse of [`primitive_into_flex`]: `T` must be burn-flex's tensor.
+pub(crate) fn flex_into_primitive<T: 'static>(tensor: FlexTensor) -> T {
     let mut slot = Some(tensor);
     (&mut slot as &mut dyn Any)
-        .downcast_mut::<Option<FloatTensor<C>>>()
+        .downcast_mut::<Option<T>>()
         .and_then(Option::take)
-        .expect("from_flex is only called with C = burn-flex")
+        .expect("only called where the primitive is burn-flex's tensor")
 }
 
 /// `tensor` contiguous when `C` is burn-flex and it is a strided view this module copies fast;

@@ -1,6 +1,7 @@
 //! The op trait impls of `Hetero`: mechanical forwarding to `C` in [`forwarded`] (generated),
-//! the ops that do real work in [`placed`], and CPU ops rewritten for speed in [`broadcast`], [`layout`]
-//! and [`elementwise`].
+//! the ops that do real work in [`placed`], and CPU ops rewritten for speed in [`broadcast`],
+//! [`layout`], [`elementwise`], [`channels`] and [`pool`]; [`batch_norm`] holds the fused passes
+//! of `crate::norm`.
 
 pub(crate) mod batch_norm;
 mod broadcast;
@@ -9,5 +10,6 @@ mod elementwise;
 mod forwarded;
 pub(crate) mod layout;
 pub(crate) mod placed;
+mod pool;
 mod rebind;
 mod transaction;
