@@ -13,6 +13,7 @@ pub mod profile;
 mod stats;
 #[cfg(feature = "trace-ops")]
 mod trace;
+mod uploads;
 #[cfg(feature = "trace-ops")]
 pub use trace::ops_called;
 

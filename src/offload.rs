@@ -7,6 +7,7 @@ use crate::fallback::{guarded, injection_point, warn_once};
 use crate::placement::{OpKind, Placement, Precision};
 use crate::profile::{self, ConvSignature};
 use crate::stats::{self, OpCounters, Ran};
+use crate::uploads;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType, TensorData, TensorMetadata};
 use half::slice::HalfFloatSliceExt;
@@ -169,31 +170,50 @@ fn offload<C: Backend, A: Accelerator>(
         ..Default::default()
     };
     let start = Instant::now();
-    let mut operands = Vec::with_capacity(placed.uploads.len());
+    // Each operand: its device copy from an earlier upload, or its host data to upload, with
+    // the burn-flex tensor it came from (to remember the upload by).
+    let mut operands: Vec<Operand<A>> = Vec::with_capacity(placed.uploads.len());
+    let key = (upload_dtype, precision.dtype());
     for tensor in placed.uploads {
         let tensor = match crate::ops::layout::into_flex::<C>(tensor) {
-            Ok(flex) => match flex_operand(&flex, precision.dtype(), upload_dtype) {
-                Some(data) => {
-                    operands.push(data);
+            Ok(flex) => {
+                let on_device = |t: &FloatTensor<A>| A::float_device(t) == *accel_device;
+                if let Some(uploaded) = uploads::reuse(&flex, key, on_device) {
+                    operands.push(Operand::Uploaded(uploaded));
                     continue;
                 }
-                None => crate::ops::layout::from_flex::<C>(flex),
-            },
+                match flex_operand(&flex, precision.dtype(), upload_dtype) {
+                    Some(data) => {
+                        operands.push(Operand::Host(data, Some(flex)));
+                        continue;
+                    }
+                    None => crate::ops::layout::from_flex::<C>(flex),
+                }
+            }
             Err(tensor) => tensor,
         };
         let data = burn_std::future::block_on(C::float_into_data(tensor))
             .map_err(|e| format!("reading an operand on the CPU failed: {e}"))?;
         let rounded = cast(data, precision.dtype());
-        operands.push(cast(rounded, upload_dtype));
+        operands.push(Operand::Host(cast(rounded, upload_dtype), None));
     }
     counters.cpu += start.elapsed();
 
     injection_point();
     let start = Instant::now();
     let mut uploaded = Vec::with_capacity(operands.len());
-    for data in operands {
-        counters.bytes_up += data.bytes.len() as u64;
-        uploaded.push(A::accel_upload(data, accel_device)?);
+    for operand in operands {
+        match operand {
+            Operand::Uploaded(tensor) => uploaded.push(tensor),
+            Operand::Host(data, flex) => {
+                counters.bytes_up += data.bytes.len() as u64;
+                let tensor = A::accel_upload(data, accel_device)?;
+                if let Some(flex) = flex {
+                    uploads::remember(&flex, key, tensor.clone());
+                }
+                uploaded.push(tensor);
+            }
+        }
     }
     // Syncing between the phases only attributes their time (profiling); otherwise the read
     // below waits for the whole chain and reports any failure in it.
@@ -220,6 +240,14 @@ fn offload<C: Backend, A: Accelerator>(
     let out = C::float_from_data(cast(data, placed.out_dtype), &placed.device);
     counters.cpu += start.elapsed();
     Ok((out, counters))
+}
+
+/// An operand of an offloaded op.
+enum Operand<A: Backend> {
+    /// On the device already: an earlier upload of the same buffer (see [`uploads`]).
+    Uploaded(FloatTensor<A>),
+    /// Host data in the upload dtype, and the burn-flex tensor it was cast from, if any.
+    Host(TensorData, Option<burn_flex::FlexTensor>),
 }
 
 /// A burn-flex f32 operand cast straight from its storage to `dtype` (f16 or bf16, the upload

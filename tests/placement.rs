@@ -389,3 +389,81 @@ fn linear_layers_follow_the_matmul_placement() {
         );
     }
 }
+
+/// A conv backward uploads its output gradient once (f16, cast from burn-flex's storage): the weight gradient reuses the input
+/// gradient's upload of the same burn-flex buffer. Once that buffer is changed in place, the
+/// next upload is a fresh one and the result follows the new values.
+#[test]
+fn output_gradient_is_uploaded_once_per_backward() {
+    use burn::tensor::TensorPrimitive;
+    use burn::tensor::ops::{FloatTensorOps, ModuleOps};
+    type F = burn_flex::Flex;
+    type HF = burn_hetero::Hetero<F, Accel>;
+    let _s = settings(HeteroConfig::default());
+    let flex_device = burn_flex::FlexDevice;
+    let f16 = Placement::accelerator(Precision::F16);
+    HF::configure(
+        &flex_device,
+        HeteroConfig::cpu_only().with_convs(f16).with_strict(true),
+    );
+    let mut rng = rng_for("uploaded once");
+    let float = |v: Vec<f32>, shape: [usize; 4]| {
+        Tensor::<HF, 4>::from_data(TensorData::new(v, shape), &flex_device)
+            .into_primitive()
+            .tensor()
+    };
+    let (xs, ws, gs) = ([2, 3, 6, 6], [4, 3, 3, 3], [2, 4, 6, 6]);
+    let x = float(random_vec(&mut rng, 216, -1.0, 1.0), xs);
+    let w = float(random_vec(&mut rng, 108, -1.0, 1.0), ws);
+    let grad = float(random_vec(&mut rng, 288, -1.0, 1.0), gs);
+    let options = ConvOptions::new([1, 1], [1, 1], [1, 1], 1);
+    let values = |t| {
+        Tensor::<HF, 4>::from_primitive(TensorPrimitive::Float(t))
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    let up = |delta: &Stats, op| delta.get(op, Ran::Accelerator(Precision::F16)).bytes_up;
+    let mut weight_grad = None;
+    let delta = delta_of(|| {
+        let _ = values(HF::conv2d_x_backward(
+            x.clone(),
+            w.clone(),
+            grad.clone(),
+            options.clone(),
+        ));
+        weight_grad = Some(values(HF::conv2d_weight_backward(
+            x.clone(),
+            w.clone(),
+            grad.clone(),
+            options.clone(),
+        )));
+    });
+    assert_eq!(
+        up(&delta, OpKind::Conv2dInputGrad),
+        (108 + 288) * 2,
+        "{delta}"
+    );
+    assert_eq!(up(&delta, OpKind::Conv2dWeightGrad), 216 * 2, "{delta}");
+    // Doubling is exact in f16, so the new weight gradient is exactly twice the old.
+    // Doubled in place (the buffer is no longer held anywhere else): uploaded afresh.
+    let doubled = HF::float_mul_scalar(grad, 2.0f32.into());
+    let mut doubled_grad = None;
+    let delta = delta_of(|| {
+        doubled_grad = Some(values(HF::conv2d_weight_backward(
+            x.clone(),
+            w.clone(),
+            doubled,
+            options.clone(),
+        )));
+    });
+    HF::configure(&flex_device, HeteroConfig::default());
+    // x's upload is reused; the doubled gradient goes up afresh.
+    assert_eq!(up(&delta, OpKind::Conv2dWeightGrad), 288 * 2, "{delta}");
+    for (d, g) in doubled_grad.unwrap().iter().zip(weight_grad.unwrap()) {
+        assert!(
+            (d - 2.0 * g).abs() <= 1e-5 * (1.0 + g.abs()),
+            "{d} vs 2 × {g}"
+        );
+    }
+}
