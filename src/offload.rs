@@ -243,6 +243,8 @@ fn offload<C: Backend, A: Accelerator>(
 }
 
 /// An operand of an offloaded op.
+// A few live per op, briefly: boxing the large variant would cost more than it saves.
+#[allow(clippy::large_enum_variant)]
 enum Operand<A: Backend> {
     /// On the device already: an earlier upload of the same buffer (see [`uploads`]).
     Uploaded(FloatTensor<A>),
