@@ -214,6 +214,22 @@ fn pool(
     Some((dense(out, shape, DType::F32), indices))
 }
 
+/// Pooling parameters as Burn passes them: kernel, stride, padding, dilation, ceil mode.
+type Params = ([usize; 2], [usize; 2], [usize; 2], [usize; 2], bool);
+
+/// [`pool`] of `x` when `C` is burn-flex and `x` a contiguous f32 tensor; `x` back otherwise.
+#[allow(clippy::type_complexity)]
+fn pooled<C: Backend>(
+    x: FloatTensor<C>,
+    (kernel, stride, padding, dilation, ceil): Params,
+    with_indices: bool,
+) -> Result<(FlexTensor, Option<FlexTensor>), FloatTensor<C>> {
+    let x = primitive_into_flex::<FloatTensor<C>>(x)?;
+    Geometry::new(x.layout().shape(), kernel, stride, padding, dilation, ceil)
+        .and_then(|g| pool(&x, &g, with_indices))
+        .ok_or_else(|| flex_into_primitive(x))
+}
+
 /// `C`'s `max_pool2d`, plane-parallel when `C` is burn-flex and `x` a contiguous f32 tensor.
 pub(crate) fn max_pool2d<C: Backend>(
     x: FloatTensor<C>,
@@ -223,22 +239,9 @@ pub(crate) fn max_pool2d<C: Backend>(
     dilation: [usize; 2],
     ceil: bool,
 ) -> FloatTensor<C> {
-    let x = match primitive_into_flex::<FloatTensor<C>>(x) {
-        Ok(flex) => flex,
-        Err(x) => return C::max_pool2d(x, kernel, stride, padding, dilation, ceil),
-    };
-    let pooled = Geometry::new(x.layout().shape(), kernel, stride, padding, dilation, ceil)
-        .and_then(|g| pool(&x, &g, false));
-    match pooled {
-        Some((out, _)) => flex_into_primitive(out),
-        None => C::max_pool2d(
-            flex_into_primitive(x),
-            kernel,
-            stride,
-            padding,
-            dilation,
-            ceil,
-        ),
+    match pooled::<C>(x, (kernel, stride, padding, dilation, ceil), false) {
+        Ok((out, _)) => flex_into_primitive(out),
+        Err(x) => C::max_pool2d(x, kernel, stride, padding, dilation, ceil),
     }
 }
 
@@ -251,25 +254,13 @@ pub(crate) fn max_pool2d_with_indices<C: Backend>(
     dilation: [usize; 2],
     ceil: bool,
 ) -> MaxPool2dWithIndices<C> {
-    let x = match primitive_into_flex::<FloatTensor<C>>(x) {
-        Ok(flex) => flex,
-        Err(x) => return C::max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil),
-    };
-    let pooled = Geometry::new(x.layout().shape(), kernel, stride, padding, dilation, ceil)
-        .and_then(|g| pool(&x, &g, true));
-    match pooled {
-        Some((output, Some(indices))) => MaxPool2dWithIndices {
+    match pooled::<C>(x, (kernel, stride, padding, dilation, ceil), true) {
+        Ok((output, Some(indices))) => MaxPool2dWithIndices {
             output: flex_into_primitive(output),
             indices: flex_into_primitive(indices),
         },
-        _ => C::max_pool2d_with_indices(
-            flex_into_primitive(x),
-            kernel,
-            stride,
-            padding,
-            dilation,
-            ceil,
-        ),
+        Ok(_) => unreachable!("pool returns indices when asked for them"),
+        Err(x) => C::max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil),
     }
 }
 
