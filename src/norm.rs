@@ -1,7 +1,7 @@
 //! Batch normalisation as one op with its own backward.
 //!
 //! burn-nn's [`BatchNorm`] is written in tensor ops, so under [`Autodiff`] a training step runs
-//! each of them forward and again backward: about thirty CPU ops on full-size tensors per layer,
+//! each of them forward and again backward: a few dozen CPU ops on full-size tensors per layer,
 //! two of them strided copies. [`batch_norm`] computes the same function through
 //! [`BatchNormBackend`], whose training forward and backward are one op each: on `Hetero` with
 //! burn-flex as the CPU backend they are a few threaded passes over memory; on any other backend

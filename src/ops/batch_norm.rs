@@ -2,7 +2,7 @@
 //! memory across rayon's threads.
 //!
 //! Written out as tensor ops (burn-nn's module, then autodiff's backward of each op), one batch
-//! norm of a `[32, 16, 32, 32]` activation is about thirty CPU ops on full-size tensors, two of
+//! norm of a `[32, 16, 32, 32]` activation is a few dozen CPU ops on full-size tensors, two of
 //! them strided copies of `swap_dims(0, 1)` views; a ResNet20 step has nineteen. Here the
 //! forward reads the input twice and writes the output once, the backward reads input and output
 //! gradient twice and writes the input gradient once (in place of the output gradient when that

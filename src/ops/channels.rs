@@ -1,7 +1,7 @@
 //! Per-channel work on `[batch, channels, ...]` burn-flex f32 tensors across rayon's threads:
 //! the layout helpers batch norm uses, and the bias gradient of a convolution (a sum per
-//! channel, which burn-flex computes through a strided copy of a `swap_dims(0, 1)` view and a
-//! single-threaded sum).
+//! channel, which burn-flex computes through Burn's default: a copy of a `swap_dims(0, 1)` view,
+//! then a sum along rows).
 
 use super::layout::{from_flex, into_flex};
 use burn_backend::tensor::FloatTensor;
