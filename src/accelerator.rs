@@ -25,6 +25,18 @@ pub trait Accelerator: Backend {
         Ok(Self::float_from_data(data, device))
     }
 
+    /// Copies f32 host values to the device as `dtype` (f16 or bf16), cast on the way. The
+    /// default casts into a host buffer and calls [`Self::accel_upload`]; an implementation with
+    /// a staging buffer casts straight into it.
+    fn accel_upload_cast(
+        src: &[f32],
+        shape: Shape,
+        dtype: DType,
+        device: &Self::Device,
+    ) -> Result<FloatTensor<Self>, String> {
+        Self::accel_upload(crate::offload::cast_slice(src, shape, dtype), device)
+    }
+
     /// Copies a result back to the host.
     fn accel_download(tensor: FloatTensor<Self>) -> Result<TensorData, String> {
         burn_std::future::block_on(Self::float_into_data(tensor)).map_err(|e| e.to_string())
@@ -95,6 +107,31 @@ pub trait Accelerator: Backend {
     }
 }
 
+/// A dense tensor of `shape` and `dtype` uploaded through pinned staging, when `R` is CUDA and
+/// the staging is available; `fill` writes its `len` bytes chunk by chunk.
+#[cfg(feature = "cuda")]
+fn pinned_upload<R: CubeRuntime>(
+    device: &R::Device,
+    shape: &Shape,
+    dtype: DType,
+    len: usize,
+    fill: &crate::pinned::Fill<'_>,
+) -> Option<Result<CubeTensor<R>, String>> {
+    use cubecl::cuda::{CudaDevice, CudaRuntime};
+    use cubecl::prelude::ComputeClient;
+    use std::any::Any;
+    if len == 0 {
+        return None;
+    }
+    let cuda_device = (device as &dyn Any).downcast_ref::<CudaDevice>()?;
+    let client = R::client(device);
+    let cuda_client = (&client as &dyn Any).downcast_ref::<ComputeClient<CudaRuntime>>()?;
+    let handle = crate::pinned::upload(cuda_client, cuda_device.index, len, fill)?;
+    Some(handle.map(|handle| {
+        CubeTensor::new_contiguous(client, device.clone(), shape.clone(), handle, dtype)
+    }))
+}
+
 /// Casts low-precision operands to f32 on the device. Burn's kernels accumulate in the operand
 /// type; casting first keeps the rounding of the operands (and the halved upload) while the sums
 /// run in f32.
@@ -118,7 +155,19 @@ where
     /// One flat copy into a dense buffer. CubeCL's default tensor allocation pads every row on
     /// CUDA, which makes the upload a pitched 2D copy (one row of a 12x12 f16 image is 24 bytes)
     /// and the conv kernel's dense read needs a copy of it again.
+    /// On CUDA the copy goes through pinned staging memory (see `pinned`).
     fn accel_upload(data: TensorData, device: &Self::Device) -> Result<FloatTensor<Self>, String> {
+        #[cfg(feature = "cuda")]
+        {
+            let bytes: &[u8] = &data.bytes;
+            let fill = |dst: &mut [u8], offset: usize| {
+                crate::offload::copy_bytes(dst, &bytes[offset..offset + dst.len()])
+            };
+            let pinned = pinned_upload::<R>(device, &data.shape, data.dtype, bytes.len(), &fill);
+            if let Some(result) = pinned {
+                return result;
+            }
+        }
         let client = R::client(device);
         let shape = data.shape.clone();
         let dtype = data.dtype;
@@ -130,6 +179,28 @@ where
             handle,
             dtype,
         ))
+    }
+
+    /// On CUDA the cast writes straight into pinned staging memory, a chunk at a time while the
+    /// previous chunk is copied.
+    fn accel_upload_cast(
+        src: &[f32],
+        shape: Shape,
+        dtype: DType,
+        device: &Self::Device,
+    ) -> Result<FloatTensor<Self>, String> {
+        #[cfg(feature = "cuda")]
+        if matches!(dtype, DType::F16 | DType::BF16) {
+            let size = dtype.size();
+            let fill = |dst: &mut [u8], offset: usize| {
+                crate::offload::cast_into(&src[offset / size..], dst, dtype)
+            };
+            let pinned = pinned_upload::<R>(device, &shape, dtype, src.len() * size, &fill);
+            if let Some(result) = pinned {
+                return result;
+            }
+        }
+        Self::accel_upload(crate::offload::cast_slice(src, shape, dtype), device)
     }
 
     /// A dense result is read back as one flat copy (the rank-1 path of CubeCL's reads);

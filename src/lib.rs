@@ -8,6 +8,8 @@ mod fallback;
 pub mod norm;
 mod offload;
 mod ops;
+#[cfg(feature = "cuda")]
+mod pinned;
 mod placement;
 pub mod profile;
 mod stats;

@@ -9,7 +9,7 @@ use crate::profile::{self, ConvSignature};
 use crate::stats::{self, OpCounters, Ran};
 use crate::uploads;
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{Backend, DType, TensorData, TensorMetadata};
+use burn_backend::{Backend, DType, Shape, TensorData, TensorMetadata};
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -183,8 +183,8 @@ fn offload<C: Backend, A: Accelerator>(
                     continue;
                 }
                 match flex_operand(&flex, precision.dtype(), upload_dtype) {
-                    Some(data) => {
-                        operands.push(Operand::Host(data, Some(flex)));
+                    Some(dense) => {
+                        operands.push(Operand::Flex(flex, dense));
                         continue;
                     }
                     None => crate::ops::layout::from_flex::<C>(flex),
@@ -195,7 +195,7 @@ fn offload<C: Backend, A: Accelerator>(
         let data = burn_std::future::block_on(C::float_into_data(tensor))
             .map_err(|e| format!("reading an operand on the CPU failed: {e}"))?;
         let rounded = cast(data, precision.dtype());
-        operands.push(Operand::Host(cast(rounded, upload_dtype), None));
+        operands.push(Operand::Host(cast(rounded, upload_dtype)));
     }
     counters.cpu += start.elapsed();
 
@@ -205,12 +205,14 @@ fn offload<C: Backend, A: Accelerator>(
     for operand in operands {
         match operand {
             Operand::Uploaded(tensor) => uploaded.push(tensor),
-            Operand::Host(data, flex) => {
+            Operand::Host(data) => {
                 counters.bytes_up += data.bytes.len() as u64;
-                let tensor = A::accel_upload(data, accel_device)?;
-                if let Some(flex) = flex {
-                    uploads::remember(&flex, key, tensor.clone());
-                }
+                uploaded.push(A::accel_upload(data, accel_device)?);
+            }
+            Operand::Flex(flex, dense) => {
+                counters.bytes_up += (dense.layout().num_elements() * upload_dtype.size()) as u64;
+                let tensor = upload_flex::<A>(&dense, upload_dtype, accel_device)?;
+                uploads::remember(&flex, key, tensor.clone());
                 uploaded.push(tensor);
             }
         }
@@ -248,39 +250,84 @@ fn offload<C: Backend, A: Accelerator>(
 enum Operand<A: Backend> {
     /// On the device already: an earlier upload of the same buffer (see [`uploads`]).
     Uploaded(FloatTensor<A>),
-    /// Host data in the upload dtype, and the burn-flex tensor it was cast from, if any.
-    Host(TensorData, Option<burn_flex::FlexTensor>),
+    /// Host data in the upload dtype.
+    Host(TensorData),
+    /// A burn-flex f32 tensor to upload as the upload dtype: the tensor (remembered by
+    /// [`uploads`]) and its dense form (itself, or a copy of its view).
+    Flex(burn_flex::FlexTensor, burn_flex::FlexTensor),
 }
 
-/// A burn-flex f32 operand cast straight from its storage to `dtype` (f16 or bf16, the upload
-/// type), without the copy that reading it as `TensorData` makes of a buffer shared with the
-/// autodiff graph; a strided view is first copied block by block. None for other cases.
+/// A burn-flex f32 operand to be cast to `dtype` (f16 or bf16, the upload type) straight from
+/// its storage, without the copy that reading it as `TensorData` makes of a buffer shared with
+/// the autodiff graph: the tensor itself when dense, else a dense copy of its view made block by
+/// block. None for other cases.
 fn flex_operand(
     tensor: &burn_flex::FlexTensor,
     precision: DType,
     dtype: DType,
-) -> Option<TensorData> {
+) -> Option<burn_flex::FlexTensor> {
     if tensor.dtype() != DType::F32
         || precision != dtype
         || !matches!(dtype, DType::F16 | DType::BF16)
     {
         return None;
     }
-    let copy = crate::ops::layout::block_copy(tensor);
-    let tensor = copy.as_ref().unwrap_or(tensor);
-    let (start, end) = tensor.layout().contiguous_offsets()?;
-    let src = &tensor.storage::<f32>()[start..end];
-    let shape = tensor.layout().shape().clone();
-    Some(match dtype {
+    let dense = crate::ops::layout::block_copy(tensor).unwrap_or_else(|| tensor.clone());
+    dense.layout().contiguous_offsets()?;
+    Some(dense)
+}
+
+/// Uploads a dense burn-flex f32 tensor (from [`flex_operand`]) as `dtype`.
+fn upload_flex<A: Accelerator>(
+    dense: &burn_flex::FlexTensor,
+    dtype: DType,
+    device: &A::Device,
+) -> Result<FloatTensor<A>, String> {
+    let (start, end) = dense
+        .layout()
+        .contiguous_offsets()
+        .ok_or("a dense operand lost its layout")?;
+    let src = &dense.storage::<f32>()[start..end];
+    A::accel_upload_cast(src, dense.layout().shape().clone(), dtype, device)
+}
+
+/// `src` cast to `dtype` (f16 or bf16) as tensor data of `shape`.
+pub(crate) fn cast_slice(src: &[f32], shape: Shape, dtype: DType) -> TensorData {
+    match dtype {
         DType::F16 => TensorData::new(
             convert(src, f16::ZERO, |d, s| d.convert_from_f32_slice(s)),
             shape,
         ),
-        _ => TensorData::new(
+        DType::BF16 => TensorData::new(
             convert(src, bf16::ZERO, |d, s| d.convert_from_f32_slice(s)),
             shape,
         ),
-    })
+        _ => TensorData::new(src.to_vec(), shape).convert_dtype(dtype),
+    }
+}
+
+/// Writes the first `dst.len() / 2` values of `src` into `dst` as f16 or bf16 (`dtype`), in
+/// chunks across threads. `dst` must be 2-byte aligned.
+pub(crate) fn cast_into(src: &[f32], dst: &mut [u8], dtype: DType) {
+    let src = &src[..dst.len() / 2];
+    match dtype {
+        DType::F16 => convert_into(src, bytemuck::cast_slice_mut::<u8, f16>(dst), |d, s| {
+            d.convert_from_f32_slice(s)
+        }),
+        DType::BF16 => convert_into(src, bytemuck::cast_slice_mut::<u8, bf16>(dst), |d, s| {
+            d.convert_from_f32_slice(s)
+        }),
+        _ => unreachable!("uploads are cast to f16 or bf16 only, not {dtype:?}"),
+    }
+}
+
+/// `dst.copy_from_slice(src)` in chunks across threads.
+pub(crate) fn copy_bytes(dst: &mut [u8], src: &[u8]) {
+    /// Bytes per rayon task.
+    const CHUNK: usize = 1 << 16;
+    dst.par_chunks_mut(CHUNK)
+        .zip(src.par_chunks(CHUNK))
+        .for_each(|(d, s)| d.copy_from_slice(s));
 }
 
 /// Converts float data to `dtype`, with vectorised paths for the f32 <-> f16/bf16 casts that
@@ -291,19 +338,8 @@ pub(crate) fn cast(data: TensorData, dtype: DType) -> TensorData {
     }
     let shape = data.shape.clone();
     match (data.dtype, dtype) {
-        (DType::F32, DType::F16) => {
-            let src = data.as_slice::<f32>().expect("f32 data");
-            TensorData::new(
-                convert(src, f16::ZERO, |d, s| d.convert_from_f32_slice(s)),
-                shape,
-            )
-        }
-        (DType::F32, DType::BF16) => {
-            let src = data.as_slice::<f32>().expect("f32 data");
-            TensorData::new(
-                convert(src, bf16::ZERO, |d, s| d.convert_from_f32_slice(s)),
-                shape,
-            )
+        (DType::F32, DType::F16 | DType::BF16) => {
+            cast_slice(data.as_slice::<f32>().expect("f32 data"), shape, dtype)
         }
         (DType::F16, DType::F32) => {
             let src = data.as_slice::<f16>().expect("f16 data");
@@ -323,11 +359,21 @@ fn convert<S: Sync, D: Copy + Send>(
     zero: D,
     convert_chunk: impl Fn(&mut [D], &[S]) + Sync,
 ) -> Vec<D> {
+    let mut dst = vec![zero; src.len()];
+    convert_into(src, &mut dst, convert_chunk);
+    dst
+}
+
+/// `dst` converted element by element from `src` with `convert_chunk(dst, src)`, in chunks
+/// across threads.
+fn convert_into<S: Sync, D: Send>(
+    src: &[S],
+    dst: &mut [D],
+    convert_chunk: impl Fn(&mut [D], &[S]) + Sync,
+) {
     /// Elements per rayon task.
     const CHUNK: usize = 1 << 14;
-    let mut dst = vec![zero; src.len()];
     dst.par_chunks_mut(CHUNK)
         .zip(src.par_chunks(CHUNK))
         .for_each(|(d, s)| convert_chunk(d, s));
-    dst
 }

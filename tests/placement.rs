@@ -4,7 +4,7 @@
 use crate::common::*;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::ConvOptions;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{DType, Tensor, TensorData};
 use burn_autodiff::Autodiff;
 use burn_hetero::{HeteroConfig, OpKind, Placement, Precision, Ran, Stats};
 
@@ -466,4 +466,49 @@ fn output_gradient_is_uploaded_once_per_backward() {
             "{d} vs 2 × {g}"
         );
     }
+}
+
+/// Uploads come back bit for bit as the host casts them: f32 values cast to f16/bf16 on their way
+/// up (`accel_upload_cast`) and host data copied as they are (`accel_upload`), at sizes under
+/// one staging chunk, just over one (2 MiB: CUDA's pinned path fills two slots in turn) and over
+/// several. Each size is uploaded twice with fresh values, so a copy that silently left a reused
+/// device buffer alone would show the first values.
+fn uploads_round_trip<A: burn_hetero::Accelerator>(device: &A::Device, dtypes: &[DType]) {
+    let mut rng = rng_for("uploads round trip");
+    for &n in &[1usize, 4097, (1 << 20) + 1, 3_500_001] {
+        for round in 0..2 {
+            let src = random_vec(&mut rng, n, -300.0, 300.0);
+            let shape = [n];
+            for &dtype in dtypes {
+                let expected = TensorData::new(src.clone(), shape).convert_dtype(dtype);
+                let up = A::accel_upload_cast(&src, shape.into(), dtype, device).unwrap();
+                let back = A::accel_download(up).unwrap();
+                assert_eq!(back.dtype, dtype, "n = {n}");
+                assert!(
+                    back.bytes[..] == expected.bytes[..],
+                    "{dtype:?} cast upload of {n} values (round {round}) differs"
+                );
+            }
+            let data = TensorData::new(src.clone(), shape);
+            let back = A::accel_download(A::accel_upload(data.clone(), device).unwrap()).unwrap();
+            assert!(
+                back.bytes[..] == data.bytes[..],
+                "f32 upload of {n} values (round {round}) differs"
+            );
+        }
+    }
+}
+
+#[test]
+fn uploads_round_trip_bit_for_bit() {
+    uploads_round_trip::<Accel>(&Default::default(), &[DType::F16]);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cuda_uploads_round_trip_bit_for_bit() {
+    uploads_round_trip::<burn_hetero::CudaAccelerator>(
+        &Default::default(),
+        &[DType::F16, DType::BF16],
+    );
 }
