@@ -298,10 +298,7 @@ pub(crate) fn cast_slice(src: &[f32], shape: Shape, dtype: DType) -> TensorData 
             convert(src, f16::ZERO, |d, s| d.convert_from_f32_slice(s)),
             shape,
         ),
-        DType::BF16 => TensorData::new(
-            convert(src, bf16::ZERO, |d, s| d.convert_from_f32_slice(s)),
-            shape,
-        ),
+        DType::BF16 => TensorData::new(convert(src, bf16::ZERO, f32_to_bf16), shape),
         _ => TensorData::new(src.to_vec(), shape).convert_dtype(dtype),
     }
 }
@@ -314,10 +311,21 @@ pub(crate) fn cast_into(src: &[f32], dst: &mut [u8], dtype: DType) {
         DType::F16 => convert_into(src, bytemuck::cast_slice_mut::<u8, f16>(dst), |d, s| {
             d.convert_from_f32_slice(s)
         }),
-        DType::BF16 => convert_into(src, bytemuck::cast_slice_mut::<u8, bf16>(dst), |d, s| {
-            d.convert_from_f32_slice(s)
-        }),
+        DType::BF16 => convert_into(src, bytemuck::cast_slice_mut::<u8, bf16>(dst), f32_to_bf16),
         _ => unreachable!("uploads are cast to f16 or bf16 only, not {dtype:?}"),
+    }
+}
+
+/// f32 to bf16, rounding to nearest even, NaNs kept NaN: the same bits as `half`'s conversion,
+/// written without branches so that the loop vectorises (`half` converts bf16 one value at a
+/// time with a branch per value).
+fn f32_to_bf16(dst: &mut [bf16], src: &[f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        let x = s.to_bits();
+        let nan = (x & 0x7fff_ffff) > 0x7f80_0000;
+        let rounded = x.wrapping_add(0x7fff + ((x >> 16) & 1)) >> 16;
+        let bits = if nan { (x >> 16) | 0x40 } else { rounded };
+        *d = bf16::from_bits(bits as u16);
     }
 }
 

@@ -8,20 +8,23 @@
 //! device buffer CubeCL allocated.
 //!
 //! Ordering with CubeCL's stream: its device buffers come from a pool in which a freed buffer may
-//! still be read by a queued kernel, so CubeCL's stream is synchronised before the copy; our
-//! stream is synchronised after it, so the data are in place before any later launch.
+//! still be read by a queued kernel, so CubeCL's stream is synchronised before the copy; every
+//! chunk's copy is waited for before the upload returns, so the data are in place before any
+//! later launch.
 
 use crate::fallback::warn_once;
+use crate::profile::StagedUploads;
 use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::ComputeClient;
 use cubecl::server::Handle;
 use cudarc::driver::{result, sys};
 use std::cell::RefCell;
 use std::ffi::c_void;
+use std::time::{Duration, Instant};
 
 /// Bytes per staging slot: large enough that the per-copy driver cost is small against the
 /// transfer, small enough that filling one slot overlaps the copy of the other.
-const SLOT_BYTES: usize = 2 << 20;
+const SLOT_BYTES: usize = 1 << 20;
 
 /// Fills `dst` with the bytes of the upload starting at byte `offset`.
 pub(crate) type Fill<'a> = dyn Fn(&mut [u8], usize) + Sync + 'a;
@@ -80,11 +83,13 @@ thread_local! {
     static STAGING: RefCell<State> = const { RefCell::new(State::Unset) };
 }
 
-/// Two pinned slots, a stream and an event per slot, on one device, for one thread.
+/// Two pinned slots, a stream, and per slot the events recorded before and after its last copy
+/// (the end event says when the slot may be rewritten; both time the copy when profiling).
 struct Staging {
     device_index: usize,
     slots: [*mut u8; 2],
-    events: [sys::CUevent; 2],
+    starts: [sys::CUevent; 2],
+    ends: [sys::CUevent; 2],
     stream: sys::CUstream,
 }
 
@@ -104,15 +109,18 @@ impl Staging {
         let mut staging = Staging {
             device_index,
             slots: [std::ptr::null_mut(); 2],
-            events: [std::ptr::null_mut(); 2],
+            starts: [std::ptr::null_mut(); 2],
+            ends: [std::ptr::null_mut(); 2],
             stream,
         };
         for i in 0..2 {
             // SAFETY: a context is current; the pointer is freed in `drop`.
             staging.slots[i] = unsafe { result::malloc_host(SLOT_BYTES, 0) }
                 .map_err(|e| err("cuMemHostAlloc", e))? as *mut u8;
-            staging.events[i] = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-                .map_err(|e| err("cuEventCreate", e))?;
+            for events in [&mut staging.starts, &mut staging.ends] {
+                events[i] = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+                    .map_err(|e| err("cuEventCreate", e))?;
+            }
         }
         Ok(staging)
     }
@@ -124,6 +132,13 @@ impl Staging {
         fill: &Fill<'_>,
     ) -> Result<Handle, String> {
         let err = |what: &str, e: result::DriverError| format!("pinned upload, {what}: {e:?}");
+        let profiling = crate::profile::profiling();
+        let start = Instant::now();
+        let mut stages = StagedUploads {
+            uploads: 1,
+            bytes: len as u64,
+            ..Default::default()
+        };
         let handle = client.empty(len);
         let resource = client
             .get_resource(handle.clone())
@@ -137,36 +152,61 @@ impl Staging {
         }
         burn_std::future::block_on(client.sync())
             .map_err(|e| format!("pinned upload, waiting for the device: {e:?}"))?;
+        stages.prepare = start.elapsed();
 
         let mut pending = [false; 2];
         for (chunk, offset) in (0..len).step_by(SLOT_BYTES).enumerate() {
             let slot = chunk % 2;
             let n = SLOT_BYTES.min(len - offset);
-            // SAFETY: the event was recorded after the last copy out of this slot; once it has
-            // completed, nothing reads the slot and it may be rewritten.
             if pending[slot] {
-                unsafe { result::event::synchronize(self.events[slot]) }
-                    .map_err(|e| err("cuEventSynchronize", e))?;
+                stages.bus += self.wait(slot, profiling)?;
             }
-            // SAFETY: the slot holds SLOT_BYTES >= n bytes and only this thread uses it.
+            // SAFETY: the slot holds SLOT_BYTES >= n bytes, only this thread uses it, and its
+            // last copy has completed (waited for above).
             let host = unsafe { std::slice::from_raw_parts_mut(self.slots[slot], n) };
+            let fill_start = Instant::now();
             fill(host, offset);
+            stages.fill += fill_start.elapsed();
             // SAFETY: `dst` holds at least `len` bytes and stays allocated while `resource` is
-            // alive (until after the stream is synchronised below); the slot is pinned and is
-            // not written again before its event completes.
+            // alive (until after the copies have completed, below); the slot is pinned and is
+            // not written again before its end event completes.
             unsafe {
+                result::event::record(self.starts[slot], self.stream)
+                    .map_err(|e| err("cuEventRecord", e))?;
                 result::memcpy_htod_async(dst.ptr + offset as u64, &*host, self.stream)
                     .map_err(|e| err("cuMemcpyHtoDAsync", e))?;
-                result::event::record(self.events[slot], self.stream)
+                result::event::record(self.ends[slot], self.stream)
                     .map_err(|e| err("cuEventRecord", e))?;
             }
             pending[slot] = true;
         }
-        // SAFETY: the stream was created by `new` and is alive.
-        unsafe { result::stream::synchronize(self.stream) }
-            .map_err(|e| err("cuStreamSynchronize", e))?;
+        for (slot, pending) in pending.into_iter().enumerate() {
+            if pending {
+                stages.bus += self.wait(slot, profiling)?;
+            }
+        }
         drop(resource);
+        if profiling {
+            stages.total = start.elapsed();
+            crate::profile::record_staged_upload(&stages);
+        }
         Ok(handle)
+    }
+
+    /// Waits for the last copy out of `slot`; returns its time on the bus when profiling.
+    fn wait(&self, slot: usize, profiling: bool) -> Result<Duration, String> {
+        let err = |what: &str, e: result::DriverError| format!("pinned upload, {what}: {e:?}");
+        // SAFETY: both events were recorded on our stream around the slot's last copy.
+        unsafe {
+            result::event::synchronize(self.ends[slot])
+                .map_err(|e| err("cuEventSynchronize", e))?;
+            if !profiling {
+                return Ok(Duration::ZERO);
+            }
+            let ms = result::event::elapsed(self.starts[slot], self.ends[slot])
+                .map_err(|e| err("cuEventElapsedTime", e))?;
+            Ok(Duration::from_secs_f64(f64::from(ms) / 1e3))
+        }
     }
 }
 
@@ -180,8 +220,10 @@ impl Drop for Staging {
                 if !self.slots[i].is_null() {
                     let _ = result::free_host(self.slots[i] as *mut c_void);
                 }
-                if !self.events[i].is_null() {
-                    let _ = result::event::destroy(self.events[i]);
+                for event in [self.starts[i], self.ends[i]] {
+                    if !event.is_null() {
+                        let _ = result::event::destroy(event);
+                    }
                 }
             }
             let _ = result::stream::destroy(self.stream);

@@ -140,6 +140,39 @@ pub struct CpuOpOperands {
     pub time: Duration,
 }
 
+/// Uploads through pinned staging memory (CUDA), summed over the run: where their time goes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StagedUploads {
+    /// Uploads.
+    pub uploads: u64,
+    /// Bytes moved to the device.
+    pub bytes: u64,
+    /// Allocating the device buffers and waiting for the device's queue to drain.
+    pub prepare: Duration,
+    /// Writing the bytes into the staging slots (for activations, the cast to f16/bf16).
+    pub fill: Duration,
+    /// The transfers on the bus alone, timed by device events around each chunk's copy.
+    pub bus: Duration,
+    /// The uploads' wall time: fill and bus overlap across chunks.
+    pub total: Duration,
+}
+
+impl StagedUploads {
+    /// Bytes per second on the bus, in GB/s.
+    pub fn bus_gb_per_s(&self) -> f64 {
+        self.bytes as f64 / self.bus.as_secs_f64().max(1e-12) / 1e9
+    }
+
+    fn add(&mut self, other: &StagedUploads) {
+        self.uploads += other.uploads;
+        self.bytes += other.bytes;
+        self.prepare += other.prepare;
+        self.fill += other.fill;
+        self.bus += other.bus;
+        self.total += other.total;
+    }
+}
+
 /// A snapshot of the profile, see [`profile`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Profile {
@@ -150,6 +183,8 @@ pub struct Profile {
     /// The same ops split by their float operands, the most time first: which shapes and
     /// layouts the time goes to.
     pub cpu_op_operands: Vec<CpuOpOperands>,
+    /// The uploads that went through pinned staging (part of the conv phases' upload time).
+    pub staged_uploads: StagedUploads,
 }
 
 impl Profile {
@@ -163,8 +198,9 @@ impl Profile {
 }
 
 impl fmt::Display for Profile {
-    /// Three markdown tables: the conv layers' phases, the CPU ops that took at least 0.5% of
-    /// the CPU ops' time (the rest summed in one row).
+    /// Three markdown tables: the conv layers' phases (then a line on the staged uploads), the
+    /// CPU ops that took at least 0.5% of the CPU ops' time (the rest summed in one row), and
+    /// the CPU ops by operands.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         writeln!(
@@ -187,6 +223,21 @@ impl fmt::Display for Profile {
                 ms(c.download),
                 ms(c.cpu),
                 ms(c.total_time())
+            )?;
+        }
+        let staged = &self.staged_uploads;
+        if staged.uploads > 0 {
+            writeln!(
+                f,
+                "\nstaged uploads: {} calls, {:.1} MB in {:.1} ms: prepare {:.1} ms, fill {:.1} ms, \
+                 bus {:.1} ms ({:.1} GB/s on the bus)",
+                staged.uploads,
+                staged.bytes as f64 / 1e6,
+                ms(staged.total),
+                ms(staged.prepare),
+                ms(staged.fill),
+                ms(staged.bus),
+                staged.bus_gb_per_s()
             )?;
         }
         let (_, cpu_total) = self.totals();
@@ -262,6 +313,7 @@ struct State {
     layers: BTreeMap<(usize, ConvSignature, OpKind, Ran), OpCounters>,
     cpu_ops: BTreeMap<&'static str, (u64, Duration)>,
     cpu_op_operands: BTreeMap<(&'static str, String), (u64, Duration)>,
+    staged_uploads: StagedUploads,
     /// The current step's forward convs, in order.
     step: Vec<ConvSignature>,
     /// Whether a gradient phase ran since the step began.
@@ -352,6 +404,7 @@ pub fn profile() -> Profile {
             layers,
             cpu_ops,
             cpu_op_operands,
+            staged_uploads: s.staged_uploads,
         }
     })
 }
@@ -369,6 +422,11 @@ pub(crate) fn record_conv(op: OpKind, signature: &ConvSignature, ran: Ran, count
             .or_default()
             .add(&counters);
     });
+}
+
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn record_staged_upload(upload: &StagedUploads) {
+    with_state(|s| s.staged_uploads.add(upload));
 }
 
 pub(crate) fn record_cpu_op(name: &'static str, operands: Option<String>, elapsed: Duration) {

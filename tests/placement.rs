@@ -477,7 +477,25 @@ fn uploads_round_trip<A: burn_hetero::Accelerator>(device: &A::Device, dtypes: &
     let mut rng = rng_for("uploads round trip");
     for &n in &[1usize, 4097, (1 << 20) + 1, 3_500_001] {
         for round in 0..2 {
-            let src = random_vec(&mut rng, n, -300.0, 300.0);
+            let mut src = random_vec(&mut rng, n, -300.0, 300.0);
+            // Values where a cast can go wrong: ties to even (1 + 2^-8 and 1 + 3·2^-8 are
+            // halfway between bf16 neighbours), overflow, infinities, zeros, subnormals, NaN.
+            let special = [
+                1.003_906_3,
+                1.011_718_8,
+                -1.003_906_3,
+                f32::MAX,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                -0.0,
+                1e-40,
+                65_520.0,
+                f32::NAN,
+            ];
+            for (i, v) in special.iter().enumerate() {
+                let at = (i * 997 + round) % n;
+                src[at] = *v;
+            }
             let shape = [n];
             for &dtype in dtypes {
                 let expected = TensorData::new(src.clone(), shape).convert_dtype(dtype);
@@ -501,7 +519,7 @@ fn uploads_round_trip<A: burn_hetero::Accelerator>(device: &A::Device, dtypes: &
 
 #[test]
 fn uploads_round_trip_bit_for_bit() {
-    uploads_round_trip::<Accel>(&Default::default(), &[DType::F16]);
+    uploads_round_trip::<Accel>(&Default::default(), &[DType::F16, DType::BF16]);
 }
 
 #[test]

@@ -1,0 +1,110 @@
+//! The host-to-device copy path on a CUDA device, piece by piece: what an offloaded op's upload
+//! of an f32 activation as f16 costs through CubeCL's `create` (host cast, then a pageable copy)
+//! and through `Hetero`'s pinned staging (`accel_upload_cast`), beside its parts (an idle device
+//! sync, a device allocation with its pointer, the host cast alone) and the download of an f32
+//! result of the same element count. Prints a markdown table.
+//!
+//! ```sh
+//! cargo build --release -p burn-hetero --no-default-features --features cuda --example copy_bench
+//! ./copy_bench            # on the GPU machine
+//! ```
+//!
+//! Each figure is the median of 41 timed repetitions after 5 untimed ones; every path ends with
+//! its data on the device (a device sync where the path does not end with one).
+
+use burn_backend::{DType, Shape, TensorData};
+use burn_hetero::{Accelerator, CudaAccelerator as B};
+use cubecl::Runtime;
+use cubecl::cuda::{CudaDevice, CudaRuntime};
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+use rayon::prelude::*;
+use std::time::{Duration, Instant};
+
+const WARMUP: usize = 5;
+const REPS: usize = 41;
+
+/// Median time of `f` over [`REPS`] runs after [`WARMUP`] untimed ones.
+fn median<T>(mut f: impl FnMut() -> T) -> Duration {
+    for _ in 0..WARMUP {
+        drop(f());
+    }
+    let mut times: Vec<Duration> = (0..REPS)
+        .map(|_| {
+            let start = Instant::now();
+            drop(f());
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[REPS / 2]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// GB/s moving `bytes` in `d`.
+fn rate(bytes: usize, d: Duration) -> f64 {
+    bytes as f64 / d.as_secs_f64() / 1e9
+}
+
+/// `src` cast to f16 across rayon's threads, as the upload path does.
+fn cast_f16(src: &[f32]) -> Vec<f16> {
+    let mut dst = vec![f16::ZERO; src.len()];
+    dst.par_chunks_mut(1 << 14)
+        .zip(src.par_chunks(1 << 14))
+        .for_each(|(d, s)| d.convert_from_f32_slice(s));
+    dst
+}
+
+fn main() {
+    let device = CudaDevice::default();
+    let client = CudaRuntime::client(&device);
+    let sync = || burn_std::future::block_on(client.sync()).expect("device sync");
+    println!(
+        "f32 activations uploaded as f16; µs (median of {REPS}) and GB/s of the f16 bytes; \
+         download: the same number of f32 values. {} CPU threads.\n",
+        rayon::current_num_threads()
+    );
+    println!(
+        "| values | f16 MB | idle sync µs | alloc + pointer µs | host cast µs | CubeCL create µs | \
+         GB/s | pinned staging µs | GB/s | download µs | GB/s |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for n in [4_608usize, 32_768, 262_144, 524_288, 2_097_152, 8_388_608] {
+        let src: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1000) as f32 * 0.01).collect();
+        let bytes = n * 2;
+        let shape = Shape::new([n]);
+        let idle = median(sync);
+        let alloc = median(|| {
+            let handle = client.empty(bytes);
+            client.get_resource(handle).expect("resource")
+        });
+        let cast = median(|| cast_f16(&src));
+        let create = median(|| {
+            let handle = client.create(burn_std::Bytes::from_elems(cast_f16(&src)));
+            sync();
+            handle
+        });
+        let pinned = median(|| {
+            B::accel_upload_cast(&src, shape.clone(), DType::F16, &device).expect("pinned upload")
+        });
+        let result = B::accel_upload(TensorData::new(src.clone(), shape.clone()), &device)
+            .expect("f32 upload");
+        let download = median(|| B::accel_download(result.clone()).expect("download"));
+        println!(
+            "| {n} | {:.2} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} | {:.0} | {:.1} | {:.0} | {:.1} |",
+            bytes as f64 / 1e6,
+            us(idle),
+            us(alloc),
+            us(cast),
+            us(create),
+            rate(bytes, create),
+            us(pinned),
+            rate(bytes, pinned),
+            us(download),
+            rate(n * 4, download),
+        );
+    }
+}
