@@ -8,7 +8,7 @@ Writes `src/ops/forwarded.rs` (the trait impls) and `tests/ops_list.txt` (one `T
 line, which the conformance suite checks its coverage against). Methods listed in PLACED are not
 forwarded: their bodies call the named function of `src/ops/placed.rs`, where the real work is;
 those in REWRITTEN call the named function of `src/ops/broadcast.rs`, `channels.rs`,
-`elementwise.rs`, `layout.rs` or `pool.rs`.
+`elementwise.rs`, `layout.rs`, `pool.rs` or `slice.rs`.
 Re-run it when Burn is upgraded; the output is committed so that a build needs no Python.
 """
 import glob
@@ -64,6 +64,7 @@ REWRITTEN = {
     "max_pool2d": "pool::max_pool2d",
     "max_pool2d_with_indices": "pool::max_pool2d_with_indices",
     "max_pool2d_with_indices_backward": "pool::max_pool2d_with_indices_backward",
+    "float_slice_assign": "slice::float_slice_assign",
 }
 
 
@@ -272,6 +273,7 @@ def main():
         "use super::placed;\n",
         "use super::pool;\n",
         "use super::rebind::rebind;\n",
+        "use super::slice;\n",
         "use crate::profile::describe_operand;\n",
         "use crate::{Accelerator, Hetero};\n",
         "use burn_backend::ops::*;\n",

@@ -1599,3 +1599,106 @@ pub fn flex_pooling_is_identical() {
         }
     }
 }
+
+/// Slice assignment on `Hetero<Flex, _>` (its own threaded copy for f32) against burn-flex, bit
+/// for bit: strided slices on the last and on the first dimension, negative bounds, fewer slices
+/// than dimensions, values that are strided views, a permuted destination, and a reversed slice
+/// (left to burn-flex).
+pub fn flex_slice_assign_is_identical() {
+    use burn::tensor::Slice;
+    type F = burn_flex::Flex;
+    type HF = burn_hetero::Hetero<F, Accel>;
+    /// Destination dims, slices, value dims, and how the value is laid out: 0 dense, 1 a narrow
+    /// view of a wider tensor along dim 1, 2 a view with its first two dims swapped.
+    type Case = (Vec<usize>, Vec<Slice>, Vec<usize>, u8);
+    fn tensor<B: Backend>(values: &[f32], dims: &[usize], layout: u8) -> Tensor<B, 4> {
+        let dev = Default::default();
+        let mut d = [1usize; 4];
+        d[4 - dims.len()..].copy_from_slice(dims);
+        let from =
+            |v: Vec<f32>, s: [usize; 4]| Tensor::<B, 4>::from_data(TensorData::new(v, s), &dev);
+        match layout {
+            1 => {
+                let mut wide = d;
+                wide[1] += 3;
+                let n: usize = wide.iter().product();
+                let padded: Vec<f32> = (0..n).map(|i| values[i % values.len()]).collect();
+                from(padded, wide).narrow(1, 2, d[1])
+            }
+            2 => from(values.to_vec(), [d[1], d[0], d[2], d[3]]).swap_dims(0, 1),
+            _ => from(values.to_vec(), d),
+        }
+    }
+    fn run<B: Backend>(case: &Case, dst: &[f32], value: &[f32], dst_layout: u8) -> TensorData {
+        let (dims, slices, value_dims, value_layout) = case;
+        let lead = 4 - dims.len();
+        let mut all = vec![Slice::new(0, None, 1); lead];
+        all.extend(slices.iter().cloned());
+        tensor::<B>(dst, dims, dst_layout)
+            .slice_assign(
+                all.as_slice(),
+                tensor::<B>(value, value_dims, *value_layout),
+            )
+            .into_data()
+    }
+    let s = |start: isize, end: Option<isize>, step: isize| Slice::new(start, end, step);
+    let cases: Vec<Case> = vec![
+        // ResNet's option-A shortcut backward: every second pixel of each plane.
+        (
+            vec![3, 4, 8, 10],
+            vec![s(0, None, 1), s(0, None, 1), s(0, None, 2), s(0, None, 2)],
+            vec![3, 4, 4, 5],
+            0,
+        ),
+        (
+            vec![3, 4, 8, 10],
+            vec![s(0, None, 1), s(0, None, 1), s(0, None, 2), s(0, None, 2)],
+            vec![3, 4, 4, 5],
+            1,
+        ),
+        (
+            vec![3, 4, 8, 10],
+            vec![s(0, None, 1), s(0, None, 1), s(1, None, 2), s(1, None, 3)],
+            vec![3, 4, 4, 3],
+            2,
+        ),
+        // Negative bounds, an odd step, a step on the first dimension.
+        (
+            vec![5, 7, 9],
+            vec![s(1, Some(4), 1), s(-5, None, 1), s(2, Some(9), 3)],
+            vec![3, 5, 3],
+            0,
+        ),
+        (
+            vec![7, 5],
+            vec![s(0, None, 2), s(1, Some(-1), 1)],
+            vec![4, 3],
+            0,
+        ),
+        // Fewer slices than dimensions.
+        (vec![4, 3, 2], vec![s(1, Some(3), 1)], vec![2, 3, 2], 0),
+        // Reversed: burn-flex's own path.
+        (
+            vec![4, 6],
+            vec![s(0, None, -1), s(0, None, 2)],
+            vec![4, 3],
+            0,
+        ),
+    ];
+    let mut rng = rng_for("flex slice assign");
+    for case in &cases {
+        for dst_layout in [0u8, 2] {
+            if dst_layout == 2 && case.0.len() < 2 {
+                continue;
+            }
+            let n: usize = case.0.iter().product();
+            let m: usize = case.2.iter().product();
+            let dst = random_vec(&mut rng, n, -1.0, 1.0);
+            let value = random_vec(&mut rng, m, 5.0, 9.0);
+            let hetero = run::<HF>(case, &dst, &value, dst_layout);
+            let flex = run::<F>(case, &dst, &value, dst_layout);
+            let name = format!("slice_assign {case:?} destination layout {dst_layout}");
+            assert_identical(&name, 0, &hetero, &flex);
+        }
+    }
+}

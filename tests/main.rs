@@ -40,6 +40,11 @@ mod differential {
     }
 
     #[test]
+    fn differential_flex_slice_assign() {
+        crate::diff_float::flex_slice_assign_is_identical();
+    }
+
+    #[test]
     fn differential_int_and_bool_ops() {
         let _s = settings(HeteroConfig::cpu_only());
         crate::diff_int_bool::run_all();

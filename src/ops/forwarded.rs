@@ -11,6 +11,7 @@ use super::layout;
 use super::placed;
 use super::pool;
 use super::rebind::rebind;
+use super::slice;
 use crate::profile::describe_operand;
 use crate::{Accelerator, Hetero};
 use burn_backend::ops::*;
@@ -373,7 +374,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         let _timer = crate::profile::CpuOpTimer::start_with("float_slice_assign", || {
             vec![describe_operand(&tensor), describe_operand(&value)]
         });
-        <C as FloatTensorOps<C>>::float_slice_assign(tensor, slices, value)
+        slice::float_slice_assign::<C>(tensor, slices, value)
     }
     fn float_mask_where(
         tensor: FloatTensor<Self>,

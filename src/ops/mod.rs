@@ -1,6 +1,6 @@
 //! The op trait impls of `Hetero`: mechanical forwarding to `C` in [`forwarded`] (generated),
 //! the ops that do real work in [`placed`], and CPU ops rewritten for speed in [`broadcast`],
-//! [`layout`], [`elementwise`], [`channels`] and [`pool`]; [`batch_norm`] holds the fused passes
+//! [`layout`], [`elementwise`], [`channels`], [`pool`] and [`slice`]; [`batch_norm`] holds the fused passes
 //! of `crate::norm`.
 
 pub(crate) mod batch_norm;
@@ -12,4 +12,5 @@ pub(crate) mod layout;
 pub(crate) mod placed;
 mod pool;
 mod rebind;
+mod slice;
 mod transaction;
