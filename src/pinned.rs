@@ -150,9 +150,10 @@ impl Staging {
                 dst.size
             ));
         }
+        stages.allocate = start.elapsed();
         burn_std::future::block_on(client.sync())
             .map_err(|e| format!("pinned upload, waiting for the device: {e:?}"))?;
-        stages.prepare = start.elapsed();
+        stages.wait = start.elapsed() - stages.allocate;
 
         let mut pending = [false; 2];
         for (chunk, offset) in (0..len).step_by(SLOT_BYTES).enumerate() {

@@ -147,8 +147,10 @@ pub struct StagedUploads {
     pub uploads: u64,
     /// Bytes moved to the device.
     pub bytes: u64,
-    /// Allocating the device buffers and waiting for the device's queue to drain.
-    pub prepare: Duration,
+    /// Allocating the device buffers and getting their addresses.
+    pub allocate: Duration,
+    /// Waiting for the device's queue to drain before the copies.
+    pub wait: Duration,
     /// Writing the bytes into the staging slots (for activations, the cast to f16/bf16).
     pub fill: Duration,
     /// The transfers on the bus alone, timed by device events around each chunk's copy.
@@ -166,7 +168,8 @@ impl StagedUploads {
     fn add(&mut self, other: &StagedUploads) {
         self.uploads += other.uploads;
         self.bytes += other.bytes;
-        self.prepare += other.prepare;
+        self.allocate += other.allocate;
+        self.wait += other.wait;
         self.fill += other.fill;
         self.bus += other.bus;
         self.total += other.total;
@@ -229,12 +232,13 @@ impl fmt::Display for Profile {
         if staged.uploads > 0 {
             writeln!(
                 f,
-                "\nstaged uploads: {} calls, {:.1} MB in {:.1} ms: prepare {:.1} ms, fill {:.1} ms, \
-                 bus {:.1} ms ({:.1} GB/s on the bus)",
+                "\nstaged uploads: {} calls, {:.1} MB in {:.1} ms: allocate {:.1} ms, wait {:.1} ms, \
+                 fill {:.1} ms, bus {:.1} ms ({:.1} GB/s on the bus)",
                 staged.uploads,
                 staged.bytes as f64 / 1e6,
                 ms(staged.total),
-                ms(staged.prepare),
+                ms(staged.allocate),
+                ms(staged.wait),
                 ms(staged.fill),
                 ms(staged.bus),
                 staged.bus_gb_per_s()

@@ -13,6 +13,7 @@
 //! large against its spread.
 
 use super::channels::{Planes, dense, values};
+use super::elementwise::filled;
 use super::layout::{from_flex, into_flex};
 use burn_backend::Backend;
 use burn_backend::tensor::FloatTensor;
@@ -154,17 +155,20 @@ pub(crate) fn forward<C: Backend>(
         .zip(gamma_v)
         .map(|(&v, &g)| (g as f64 / (v + epsilon).sqrt()) as f32)
         .collect();
-    let mut out = vec![0f32; xs.len()];
     let channels = planes.channels;
-    out.par_chunks_mut(len.max(1))
-        .zip(xs.par_chunks(len.max(1)))
-        .with_min_len(planes.min_planes())
-        .enumerate()
-        .for_each(|(p, (o, x))| {
-            let c = p % channels;
-            let (m, s, b) = (mean32[c], scale[c], beta_v[c]);
-            o.iter_mut().zip(x).for_each(|(o, &x)| *o = (x - m) * s + b);
-        });
+    let out = filled(xs.len(), |out| {
+        out.par_chunks_mut(len.max(1))
+            .zip(xs.par_chunks(len.max(1)))
+            .with_min_len(planes.min_planes())
+            .enumerate()
+            .for_each(|(p, (o, x))| {
+                let c = p % channels;
+                let (m, s, b) = (mean32[c], scale[c], beta_v[c]);
+                o.iter_mut().zip(x).for_each(|(o, &x)| {
+                    o.write((x - m) * s + b);
+                });
+            });
+    });
     let shape = x.layout().shape().clone();
     let per_channel = Shape::from(vec![channels]);
     let var32: Vec<f32> = var.iter().map(|&v| v as f32).collect();
@@ -186,7 +190,7 @@ pub(crate) fn backward<C: Backend>(
     grad: FloatTensor<C>,
     epsilon: f64,
 ) -> Result<Backward<C>, (String, [FloatTensor<C>; 5])> {
-    let [x, gamma, mean, var, mut grad] = flex_operands::<C, 5>([x, gamma, mean, var, grad])?;
+    let [x, gamma, mean, var, grad] = flex_operands::<C, 5>([x, gamma, mean, var, grad])?;
     let checked = check(&x, &[&gamma, &mean, &var]).and_then(|planes| match values(&grad) {
         Some(g) if g.len() == planes.batch * planes.channels * planes.len => Ok(planes),
         _ => Err(
@@ -236,24 +240,31 @@ pub(crate) fn backward<C: Backend>(
             .for_each(|(g, &x)| *g = a * *g + b * (x - m) + k);
     };
     let shape = x.layout().shape().clone();
+    // `dx` is written over `dy`: its own buffer when nothing else holds it, else a copy (made
+    // across threads) that nothing else holds.
     let in_place = grad.is_unique() && grad.layout().contiguous_offsets() == Some((0, xs.len()));
-    let input = if in_place {
-        grad.storage_mut::<f32>()[..xs.len()]
-            .par_chunks_mut(len.max(1))
-            .zip(xs.par_chunks(len.max(1)))
-            .with_min_len(planes.min_planes())
-            .enumerate()
-            .for_each(|(p, (o, x))| apply(p, o, x));
-        dense_like(grad, shape)
+    let mut grad = if in_place {
+        grad
     } else {
-        let mut out = values(&grad).expect("checked").to_vec();
-        out.par_chunks_mut(len.max(1))
-            .zip(xs.par_chunks(len.max(1)))
-            .with_min_len(planes.min_planes())
-            .enumerate()
-            .for_each(|(p, (o, x))| apply(p, o, x));
-        dense(out, shape)
+        let g = values(&grad).expect("checked");
+        let copy = filled(g.len(), |out| {
+            out.par_chunks_mut(len.max(1))
+                .zip(g.par_chunks(len.max(1)))
+                .for_each(|(o, g)| {
+                    o.iter_mut().zip(g).for_each(|(o, &g)| {
+                        o.write(g);
+                    });
+                });
+        });
+        dense(copy, shape.clone())
     };
+    grad.storage_mut::<f32>()[..xs.len()]
+        .par_chunks_mut(len.max(1))
+        .zip(xs.par_chunks(len.max(1)))
+        .with_min_len(planes.min_planes())
+        .enumerate()
+        .for_each(|(p, (o, x))| apply(p, o, x));
+    let input = dense_like(grad, shape);
     let per_channel = Shape::from(vec![channels]);
     Ok(Backward {
         input: from_flex::<C>(input),

@@ -265,7 +265,7 @@ fn run(
 
 /// A vector of `n` values, every one written by `fill` (no zeroing pass first: the output of a
 /// memory-bound op would otherwise be written twice).
-fn filled(n: usize, fill: impl FnOnce(&mut [MaybeUninit<f32>])) -> Vec<f32> {
+pub(crate) fn filled(n: usize, fill: impl FnOnce(&mut [MaybeUninit<f32>])) -> Vec<f32> {
     let mut out = Vec::with_capacity(n);
     let slots = &mut out.spare_capacity_mut()[..n];
     fill(slots);
