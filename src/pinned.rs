@@ -1,8 +1,8 @@
 //! Uploads to a CUDA device through page-locked (pinned) staging memory.
 //!
 //! CubeCL 0.10's `create` copies every upload into a fresh pageable `Vec` and copies from there,
-//! so the driver stages it again: on the H200 a 1 MB activation took ~0.5 ms to go up (~2 GB/s,
-//! against ~50 GB/s from pinned memory). Here each thread keeps two pinned slots; an upload is
+//! so the driver stages it again: on the H200 that moved ~1 GB/s (`examples/copy_bench.rs`, cast
+//! included), where downloads, which CubeCL stages through pinned memory, move ~50 GB/s. Here each thread keeps two pinned slots; an upload is
 //! filled into them chunk by chunk (the caller's fill casts f32 to f16/bf16 straight into the
 //! slot, across threads) while the previous chunk is on the bus, on a stream of our own, into a
 //! device buffer CubeCL allocated.
@@ -72,6 +72,11 @@ pub(crate) fn upload(
     })
 }
 
+/// A failed driver call, named.
+fn driver_error(what: &str, e: result::DriverError) -> String {
+    format!("pinned staging, {what}: {e:?}")
+}
+
 /// A thread's staging: not tried yet, set up, or failed to set up (not retried).
 enum State {
     Unset,
@@ -95,17 +100,17 @@ struct Staging {
 
 impl Staging {
     fn new(device_index: usize) -> Result<Self, String> {
-        let err = |what: &str, e: result::DriverError| format!("{what}: {e:?}");
-        result::init().map_err(|e| err("cuInit", e))?;
-        let device = result::device::get(device_index as i32).map_err(|e| err("cuDeviceGet", e))?;
+        result::init().map_err(|e| driver_error("cuInit", e))?;
+        let device =
+            result::device::get(device_index as i32).map_err(|e| driver_error("cuDeviceGet", e))?;
         // SAFETY: `device` is a valid device handle; CubeCL runs on the same primary context,
         // which is made current on this thread (it stays retained for the process).
         unsafe {
-            let ctx = result::primary_ctx::retain(device).map_err(|e| err("retain", e))?;
-            result::ctx::set_current(ctx).map_err(|e| err("cuCtxSetCurrent", e))?;
+            let ctx = result::primary_ctx::retain(device).map_err(|e| driver_error("retain", e))?;
+            result::ctx::set_current(ctx).map_err(|e| driver_error("cuCtxSetCurrent", e))?;
         }
         let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
-            .map_err(|e| err("cuStreamCreate", e))?;
+            .map_err(|e| driver_error("cuStreamCreate", e))?;
         let mut staging = Staging {
             device_index,
             slots: [std::ptr::null_mut(); 2],
@@ -116,10 +121,11 @@ impl Staging {
         for i in 0..2 {
             // SAFETY: a context is current; the pointer is freed in `drop`.
             staging.slots[i] = unsafe { result::malloc_host(SLOT_BYTES, 0) }
-                .map_err(|e| err("cuMemHostAlloc", e))? as *mut u8;
+                .map_err(|e| driver_error("cuMemHostAlloc", e))?
+                as *mut u8;
             for events in [&mut staging.starts, &mut staging.ends] {
                 events[i] = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
-                    .map_err(|e| err("cuEventCreate", e))?;
+                    .map_err(|e| driver_error("cuEventCreate", e))?;
             }
         }
         Ok(staging)
@@ -131,7 +137,6 @@ impl Staging {
         len: usize,
         fill: &Fill<'_>,
     ) -> Result<Handle, String> {
-        let err = |what: &str, e: result::DriverError| format!("pinned upload, {what}: {e:?}");
         let profiling = crate::profile::profiling();
         let start = Instant::now();
         let mut stages = StagedUploads {
@@ -155,6 +160,33 @@ impl Staging {
             .map_err(|e| format!("pinned upload, waiting for the device: {e:?}"))?;
         stages.wait = start.elapsed() - stages.allocate;
 
+        let copied = self.copy_chunks(dst.ptr, len, fill, profiling, &mut stages);
+        if copied.is_err() {
+            // A copy may still be in flight: let it finish before the device buffer (held by
+            // `resource`) and the slots can be used again.
+            // SAFETY: the stream was created by `new` and is alive.
+            let _ = unsafe { result::stream::synchronize(self.stream) };
+        }
+        copied?;
+        drop(resource);
+        if profiling {
+            stages.total = start.elapsed();
+            crate::profile::record_staged_upload(&stages);
+        }
+        Ok(handle)
+    }
+
+    /// Fills the slots chunk by chunk from `fill` and copies each to `dst + offset` on our
+    /// stream, overlapping the fill of one slot with the copy of the other; returns when every
+    /// copy has completed, adding the fill and bus times to `stages`.
+    fn copy_chunks(
+        &mut self,
+        dst: sys::CUdeviceptr,
+        len: usize,
+        fill: &Fill<'_>,
+        profiling: bool,
+        stages: &mut StagedUploads,
+    ) -> Result<(), String> {
         let mut pending = [false; 2];
         for (chunk, offset) in (0..len).step_by(SLOT_BYTES).enumerate() {
             let slot = chunk % 2;
@@ -168,16 +200,16 @@ impl Staging {
             let fill_start = Instant::now();
             fill(host, offset);
             stages.fill += fill_start.elapsed();
-            // SAFETY: `dst` holds at least `len` bytes and stays allocated while `resource` is
-            // alive (until after the copies have completed, below); the slot is pinned and is
-            // not written again before its end event completes.
+            // SAFETY: `dst` holds at least `len` bytes and the caller keeps it allocated until
+            // every copy has completed; the slot is pinned and is not written again before its
+            // end event completes.
             unsafe {
                 result::event::record(self.starts[slot], self.stream)
-                    .map_err(|e| err("cuEventRecord", e))?;
-                result::memcpy_htod_async(dst.ptr + offset as u64, &*host, self.stream)
-                    .map_err(|e| err("cuMemcpyHtoDAsync", e))?;
+                    .map_err(|e| driver_error("cuEventRecord", e))?;
+                result::memcpy_htod_async(dst + offset as u64, &*host, self.stream)
+                    .map_err(|e| driver_error("cuMemcpyHtoDAsync", e))?;
                 result::event::record(self.ends[slot], self.stream)
-                    .map_err(|e| err("cuEventRecord", e))?;
+                    .map_err(|e| driver_error("cuEventRecord", e))?;
             }
             pending[slot] = true;
         }
@@ -186,26 +218,20 @@ impl Staging {
                 stages.bus += self.wait(slot, profiling)?;
             }
         }
-        drop(resource);
-        if profiling {
-            stages.total = start.elapsed();
-            crate::profile::record_staged_upload(&stages);
-        }
-        Ok(handle)
+        Ok(())
     }
 
     /// Waits for the last copy out of `slot`; returns its time on the bus when profiling.
     fn wait(&self, slot: usize, profiling: bool) -> Result<Duration, String> {
-        let err = |what: &str, e: result::DriverError| format!("pinned upload, {what}: {e:?}");
         // SAFETY: both events were recorded on our stream around the slot's last copy.
         unsafe {
             result::event::synchronize(self.ends[slot])
-                .map_err(|e| err("cuEventSynchronize", e))?;
+                .map_err(|e| driver_error("cuEventSynchronize", e))?;
             if !profiling {
                 return Ok(Duration::ZERO);
             }
             let ms = result::event::elapsed(self.starts[slot], self.ends[slot])
-                .map_err(|e| err("cuEventElapsedTime", e))?;
+                .map_err(|e| driver_error("cuEventElapsedTime", e))?;
             Ok(Duration::from_secs_f64(f64::from(ms) / 1e3))
         }
     }
