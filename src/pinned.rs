@@ -7,16 +7,25 @@
 //! slot, across threads) while the previous chunk is on the bus, on a stream of our own, into a
 //! device buffer CubeCL allocated.
 //!
-//! Ordering with CubeCL's stream: its device buffers come from a pool in which a freed buffer may
-//! still be read by a queued kernel, so CubeCL's stream is synchronised before the copy; every
-//! chunk's copy is waited for before the upload returns, so the data are in place before any
-//! later launch.
+//! Device buffers are kept per thread and reused by later uploads of the same length, with their
+//! addresses: a training step uploads the same shapes every step, and each fresh buffer costs two
+//! blocking calls to CubeCL's device thread (allocation and address, then a wait for its queue),
+//! which sleeps in 150 µs steps when idle. A kept buffer is reused only when no tensor holds it
+//! any more.
+//!
+//! Ordering with CubeCL's stream: a fresh buffer comes from CubeCL's pool, in which a freed buffer
+//! may still be read by a queued kernel, so CubeCL's stream is synchronised before the copy. A
+//! kept buffer was last read by kernels of an earlier accelerator op, and every such op ends by
+//! reading its result back (which drains CubeCL's queue into the driver), so waiting for the
+//! context (no call to the device thread) is enough. Every chunk's copy is waited for before the
+//! upload returns, so the data are in place before any later launch.
 
 use crate::fallback::warn_once;
 use crate::profile::StagedUploads;
 use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::ComputeClient;
 use cubecl::server::Handle;
+use cubecl::stream_id::StreamId;
 use cudarc::driver::{result, sys};
 use std::cell::RefCell;
 use std::ffi::c_void;
@@ -25,6 +34,10 @@ use std::time::{Duration, Instant};
 /// Bytes per staging slot: large enough that the per-copy driver cost is small against the
 /// transfer, small enough that filling one slot overlaps the copy of the other.
 const SLOT_BYTES: usize = 1 << 20;
+
+/// Bytes of device buffers a thread keeps for reuse; past it, the least recently used free
+/// buffers are released (and uploads that find none free allocate without keeping).
+const KEPT_BYTES: usize = 512 << 20;
 
 /// Fills `dst` with the bytes of the upload starting at byte `offset`.
 pub(crate) type Fill<'a> = dyn Fn(&mut [u8], usize) + Sync + 'a;
@@ -96,6 +109,60 @@ struct Staging {
     starts: [sys::CUevent; 2],
     ends: [sys::CUevent; 2],
     stream: sys::CUstream,
+    kept: KeptBuffers,
+}
+
+/// A device buffer kept for reuse: CubeCL's handle (this clone keeps it allocated) and its address.
+struct KeptBuffer {
+    handle: Handle,
+    ptr: sys::CUdeviceptr,
+    len: usize,
+    last_used: u64,
+}
+
+/// The device buffers a thread keeps, at most [`KEPT_BYTES`] of them.
+#[derive(Default)]
+struct KeptBuffers {
+    buffers: Vec<KeptBuffer>,
+    bytes: usize,
+    clock: u64,
+}
+
+impl KeptBuffers {
+    /// A kept buffer of exactly `len` bytes that no tensor holds, made this thread's most recent.
+    fn take(&mut self, len: usize) -> Option<(Handle, sys::CUdeviceptr)> {
+        let stream = StreamId::current();
+        self.clock += 1;
+        let clock = self.clock;
+        let buffer = self.buffers.iter_mut().find(|b| {
+            b.len == len && b.handle.stream == stream && b.handle.can_mut()
+        })?;
+        buffer.last_used = clock;
+        Some((buffer.handle.clone(), buffer.ptr))
+    }
+
+    /// Keeps a fresh buffer, first releasing the least recently used free ones past the budget;
+    /// not kept when the budget is held by buffers in use.
+    fn keep(&mut self, handle: &Handle, ptr: sys::CUdeviceptr, len: usize) {
+        while self.bytes + len > KEPT_BYTES {
+            let oldest_free = self
+                .buffers
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.handle.can_mut())
+                .min_by_key(|(_, b)| b.last_used)
+                .map(|(i, _)| i);
+            let Some(i) = oldest_free else { return };
+            self.bytes -= self.buffers.swap_remove(i).len;
+        }
+        self.bytes += len;
+        self.buffers.push(KeptBuffer {
+            handle: handle.clone(),
+            ptr,
+            len,
+            last_used: self.clock,
+        });
+    }
 }
 
 impl Staging {
@@ -117,6 +184,7 @@ impl Staging {
             starts: [std::ptr::null_mut(); 2],
             ends: [std::ptr::null_mut(); 2],
             stream,
+            kept: KeptBuffers::default(),
         };
         for i in 0..2 {
             // SAFETY: a context is current; the pointer is freed in `drop`.
@@ -144,31 +212,44 @@ impl Staging {
             bytes: len as u64,
             ..Default::default()
         };
-        let handle = client.empty(len);
-        let resource = client
-            .get_resource(handle.clone())
-            .map_err(|e| format!("pinned upload, device buffer: {e:?}"))?;
-        let dst = resource.resource();
-        if (dst.size as usize) < len {
-            return Err(format!(
-                "pinned upload: device buffer of {} bytes for {len}",
-                dst.size
-            ));
-        }
-        stages.allocate = start.elapsed();
-        burn_std::future::block_on(client.sync())
-            .map_err(|e| format!("pinned upload, waiting for the device: {e:?}"))?;
+        let (handle, dst) = match self.kept.take(len) {
+            Some((handle, ptr)) => {
+                stages.reused = 1;
+                stages.allocate = start.elapsed();
+                // The context is current on this thread (set up by `new`).
+                result::ctx::synchronize().map_err(|e| driver_error("cuCtxSynchronize", e))?;
+                (handle, ptr)
+            }
+            None => {
+                let handle = client.empty(len);
+                let resource = client
+                    .get_resource(handle.clone())
+                    .map_err(|e| format!("pinned upload, device buffer: {e:?}"))?;
+                let dst = resource.resource();
+                if (dst.size as usize) < len {
+                    return Err(format!(
+                        "pinned upload: device buffer of {} bytes for {len}",
+                        dst.size
+                    ));
+                }
+                let ptr = dst.ptr;
+                stages.allocate = start.elapsed();
+                burn_std::future::block_on(client.sync())
+                    .map_err(|e| format!("pinned upload, waiting for the device: {e:?}"))?;
+                self.kept.keep(&handle, ptr, len);
+                (handle, ptr)
+            }
+        };
         stages.wait = start.elapsed() - stages.allocate;
 
-        let copied = self.copy_chunks(dst.ptr, len, fill, profiling, &mut stages);
+        let copied = self.copy_chunks(dst, len, fill, profiling, &mut stages);
         if copied.is_err() {
             // A copy may still be in flight: let it finish before the device buffer (held by
-            // `resource`) and the slots can be used again.
+            // `handle`) and the slots can be used again.
             // SAFETY: the stream was created by `new` and is alive.
             let _ = unsafe { result::stream::synchronize(self.stream) };
         }
         copied?;
-        drop(resource);
         if profiling {
             stages.total = start.elapsed();
             crate::profile::record_staged_upload(&stages);

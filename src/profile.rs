@@ -145,6 +145,9 @@ pub struct CpuOpOperands {
 pub struct StagedUploads {
     /// Uploads.
     pub uploads: u64,
+    /// Uploads into a device buffer kept from an earlier upload (no allocation, no call to the
+    /// device thread).
+    pub reused: u64,
     /// Bytes moved to the device.
     pub bytes: u64,
     /// Allocating the device buffers and getting their addresses.
@@ -167,6 +170,7 @@ impl StagedUploads {
 
     fn add(&mut self, other: &StagedUploads) {
         self.uploads += other.uploads;
+        self.reused += other.reused;
         self.bytes += other.bytes;
         self.allocate += other.allocate;
         self.wait += other.wait;
@@ -232,9 +236,10 @@ impl fmt::Display for Profile {
         if staged.uploads > 0 {
             writeln!(
                 f,
-                "\nstaged uploads: {} calls, {:.1} MB in {:.1} ms: allocate {:.1} ms, wait {:.1} ms, \
-                 fill {:.1} ms, bus {:.1} ms ({:.1} GB/s on the bus)",
+                "\nstaged uploads: {} calls ({} into kept device buffers), {:.1} MB in {:.1} ms: \
+                 allocate {:.1} ms, wait {:.1} ms, fill {:.1} ms, bus {:.1} ms ({:.1} GB/s on the bus)",
                 staged.uploads,
+                staged.reused,
                 staged.bytes as f64 / 1e6,
                 ms(staged.total),
                 ms(staged.allocate),

@@ -472,7 +472,9 @@ fn output_gradient_is_uploaded_once_per_backward() {
 /// up (`accel_upload_cast`) and host data copied as they are (`accel_upload`), at sizes under
 /// one staging chunk, just over one (2 MiB: CUDA's pinned path fills two slots in turn) and over
 /// several. Each size is uploaded twice with fresh values, so a copy that silently left a reused
-/// device buffer alone would show the first values.
+/// device buffer alone would show the first values; within a round every upload stays alive until
+/// all are downloaded, so two live tensors sharing a kept device buffer would show the other's
+/// values.
 fn uploads_round_trip<A: burn_hetero::Accelerator>(device: &A::Device, dtypes: &[DType]) {
     let mut rng = rng_for("uploads round trip");
     for &n in &[1usize, 4097, (1 << 20) + 1, 3_500_001] {
@@ -497,15 +499,13 @@ fn uploads_round_trip<A: burn_hetero::Accelerator>(device: &A::Device, dtypes: &
                 src[at] = *v;
             }
             let shape = [n];
+            // Every upload of the round is held until its end: uploads of the same length
+            // (f16 and bf16) must not share a device buffer while both are alive.
+            let mut held = Vec::new();
             for &dtype in dtypes {
                 let expected = TensorData::new(src.clone(), shape).convert_dtype(dtype);
                 let up = A::accel_upload_cast(&src, shape.into(), dtype, device).unwrap();
-                let back = A::accel_download(up).unwrap();
-                assert_eq!(back.dtype, dtype, "n = {n}");
-                assert!(
-                    back.bytes[..] == expected.bytes[..],
-                    "{dtype:?} cast upload of {n} values (round {round}) differs"
-                );
+                held.push((up, expected, dtype));
             }
             let data = TensorData::new(src.clone(), shape);
             let back = A::accel_download(A::accel_upload(data.clone(), device).unwrap()).unwrap();
@@ -513,6 +513,14 @@ fn uploads_round_trip<A: burn_hetero::Accelerator>(device: &A::Device, dtypes: &
                 back.bytes[..] == data.bytes[..],
                 "f32 upload of {n} values (round {round}) differs"
             );
+            for (up, expected, dtype) in held {
+                let back = A::accel_download(up).unwrap();
+                assert_eq!(back.dtype, dtype, "n = {n}");
+                assert!(
+                    back.bytes[..] == expected.bytes[..],
+                    "{dtype:?} cast upload of {n} values (round {round}) differs"
+                );
+            }
         }
     }
 }
