@@ -6,8 +6,8 @@
 //! `[N, C, H, W]`) through a slow general path: 9.2 ms for `[32, 16, 32, 32] × [1, 16, 1, 1]` on
 //! 2 cores, against 0.26 ms for the same product written as `[N·C, H·W] × [N·C, 1]` (the small
 //! operand first expanded to `[N, C]`, 512 values). burn-ndarray is slower with the rewrite
-//! (5.9 ms against 2.5 ms), so it applies to burn-flex only (`cargo run --release -p
-//! burn-hetero --example cpu_ops` prints the three).
+//! (5.9 ms against 2.5 ms), so it applies to burn-flex only (`cargo bench -p
+//! burn-hetero-benches --bench cpu_ops` times the three).
 
 use super::elementwise::{self, BinaryKind};
 use super::layout;

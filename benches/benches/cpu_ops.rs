@@ -1,0 +1,131 @@
+//! The CPU ops of a ResNet20 training step on burn-ndarray, burn-flex and `Hetero<Flex, _>`,
+//! which replaces several of burn-flex's with threaded or fused passes (`src/ops/`). Shapes are
+//! the first stage's at batch 32 (`[32, 16, 32, 32]`); every op gets operands held elsewhere too,
+//! as in a training step, so none runs in place.
+//!
+//! `cargo bench -p burn-hetero-benches --bench cpu_ops`
+
+use burn::tensor::{Distribution, Slice, Tensor};
+use burn_backend::Backend;
+use burn_backend::tensor::FloatTensor;
+use burn_hetero::norm::BatchNormBackend;
+use divan::Bencher;
+
+type NdArray = burn_ndarray::NdArray<f32>;
+type Flex = burn_flex::Flex;
+/// The accelerator only completes the type: every op here runs on the CPU backend.
+type Hetero = burn_hetero::Hetero<Flex, burn_hetero::CudaAccelerator>;
+
+const SHAPE: [usize; 4] = [32, 16, 32, 32];
+const EPSILON: f64 = 1e-5;
+
+fn main() {
+    divan::main();
+}
+
+fn random<B: Backend, const D: usize>(shape: [usize; D]) -> Tensor<B, D> {
+    Tensor::random(shape, Distribution::Default, &Default::default())
+}
+
+fn primitive<B: Backend, const D: usize>(t: &Tensor<B, D>) -> FloatTensor<B> {
+    t.clone().into_primitive().tensor()
+}
+
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn relu<B: Backend>(bencher: Bencher) {
+    let x = random::<B, 4>(SHAPE);
+    bencher.bench_local(|| burn::tensor::activation::relu(x.clone()));
+}
+
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn relu_backward<B: Backend>(bencher: Bencher) {
+    let output = burn::tensor::activation::relu(random::<B, 4>(SHAPE));
+    let grad = random::<B, 4>(SHAPE);
+    bencher.bench_local(|| B::relu_backward(primitive(&output), primitive(&grad)));
+}
+
+/// The residual add.
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn add<B: Backend>(bencher: Bencher) {
+    let (x, y) = (random::<B, 4>(SHAPE), random::<B, 4>(SHAPE));
+    bencher.bench_local(|| x.clone() + y.clone());
+}
+
+/// A per-channel scale, as batch norm's op-by-op form and inference apply it.
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn mul_per_channel<B: Backend>(bencher: Bencher) {
+    let x = random::<B, 4>(SHAPE);
+    let c = random::<B, 4>([1, SHAPE[1], 1, 1]);
+    bencher.bench_local(|| x.clone() * c.clone());
+}
+
+/// The per-channel tensor on the left: `c - x`.
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn sub_from_per_channel<B: Backend>(bencher: Bencher) {
+    let x = random::<B, 4>(SHAPE);
+    let c = random::<B, 4>([1, SHAPE[1], 1, 1]);
+    bencher.bench_local(|| c.clone() - x.clone());
+}
+
+/// A product with a permuted view, as the gradient of batch norm's `swap_dims(0, 1)` arrives in
+/// its op-by-op form.
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn mul_permuted<B: Backend>(bencher: Bencher) {
+    let t = random::<B, 4>([SHAPE[1], SHAPE[0], SHAPE[2], SHAPE[3]]).swap_dims(0, 1);
+    let y = random::<B, 4>(SHAPE);
+    bencher.bench_local(|| t.clone() * y.clone());
+}
+
+/// A reshape of the same permuted view (a copy).
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn reshape_permuted<B: Backend>(bencher: Bencher) {
+    let t = random::<B, 4>([SHAPE[1], SHAPE[0], SHAPE[2], SHAPE[3]]).swap_dims(0, 1);
+    bencher.bench_local(|| {
+        t.clone()
+            .reshape([SHAPE[0], SHAPE[1] * SHAPE[2] * SHAPE[3]])
+    });
+}
+
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn batch_norm_forward<B: BatchNormBackend>(bencher: Bencher) {
+    let x = random::<B, 4>(SHAPE);
+    let (gamma, beta) = (random::<B, 1>([SHAPE[1]]), random::<B, 1>([SHAPE[1]]));
+    bencher.bench_local(|| {
+        B::batch_norm_train(primitive(&x), primitive(&gamma), primitive(&beta), EPSILON)
+    });
+}
+
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn batch_norm_backward<B: BatchNormBackend>(bencher: Bencher) {
+    let x = random::<B, 4>(SHAPE);
+    let gamma = random::<B, 1>([SHAPE[1]]);
+    // The batch statistics per channel, as the forward returns them.
+    let per_channel = x
+        .clone()
+        .swap_dims(0, 1)
+        .reshape([SHAPE[1], SHAPE[0] * SHAPE[2] * SHAPE[3]]);
+    let mean = per_channel.clone().mean_dim(1).reshape([SHAPE[1]]);
+    let var = per_channel.var_bias(1).reshape([SHAPE[1]]);
+    let grad = random::<B, 4>(SHAPE);
+    bencher.bench_local(|| {
+        B::batch_norm_train_backward(
+            primitive(&x),
+            primitive(&gamma),
+            primitive(&mean),
+            primitive(&var),
+            primitive(&grad),
+            EPSILON,
+        )
+    });
+}
+
+/// The backward of ResNet's strided shortcut `x[:, :, ::2, ::2]`: the gradient written into
+/// every other row and column of zeros.
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn strided_slice_assign<B: Backend>(bencher: Bencher) {
+    let zeros = Tensor::<B, 4>::zeros(SHAPE, &Default::default());
+    let grad = random::<B, 4>([SHAPE[0], SHAPE[1], SHAPE[2] / 2, SHAPE[3] / 2]);
+    let (all, every_other) = (Slice::new(0, None, 1), Slice::new(0, None, 2));
+    let slices = [all, all, every_other, every_other];
+    bencher.bench_local(|| zeros.clone().slice_assign(slices.as_slice(), grad.clone()));
+}
