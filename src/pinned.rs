@@ -134,9 +134,10 @@ impl KeptBuffers {
         let stream = StreamId::current();
         self.clock += 1;
         let clock = self.clock;
-        let buffer = self.buffers.iter_mut().find(|b| {
-            b.len == len && b.handle.stream == stream && b.handle.can_mut()
-        })?;
+        let buffer = self
+            .buffers
+            .iter_mut()
+            .find(|b| b.len == len && b.handle.stream == stream && b.handle.can_mut())?;
         buffer.last_used = clock;
         Some((buffer.handle.clone(), buffer.ptr))
     }
