@@ -44,21 +44,23 @@ impl Planes {
         (MIN_TASK / self.len.max(1)).max(1)
     }
 
-    /// `sums(plane, channel)` for every plane across threads, added up per channel in f64.
-    pub(crate) fn per_channel<F>(&self, sums: F) -> Vec<(f64, f64)>
+    /// `sums(plane, channel)` (`N` sums) for every plane across threads, added up per channel
+    /// in f64.
+    pub(crate) fn per_channel<const N: usize, F>(&self, sums: F) -> Vec<[f64; N]>
     where
-        F: Fn(usize, usize) -> (f64, f64) + Sync,
+        F: Fn(usize, usize) -> [f64; N] + Sync,
     {
         let channels = self.channels;
-        let planes: Vec<(f64, f64)> = (0..self.batch * channels)
+        let planes: Vec<[f64; N]> = (0..self.batch * channels)
             .into_par_iter()
             .with_min_len(self.min_planes())
             .map(|p| sums(p, p % channels))
             .collect();
-        let mut out = vec![(0.0, 0.0); channels];
-        for (p, (a, b)) in planes.into_iter().enumerate() {
-            out[p % channels].0 += a;
-            out[p % channels].1 += b;
+        let mut out = vec![[0.0; N]; channels];
+        for (p, plane) in planes.into_iter().enumerate() {
+            for (total, value) in out[p % channels].iter_mut().zip(plane) {
+                *total += value;
+            }
         }
         out
     }
@@ -113,7 +115,7 @@ pub(crate) fn conv2d_bias_backward<C: Backend>(
         return C::conv2d_bias_backward(x, bias, from_flex::<C>(grad));
     }
     let len = planes.len;
-    let sums = planes.per_channel(|p, _| (sum(&dy[p * len..(p + 1) * len]), 0.0));
-    let out: Vec<f32> = sums.iter().map(|&(s, _)| s as f32).collect();
+    let sums = planes.per_channel(|p, _| [sum(&dy[p * len..(p + 1) * len])]);
+    let out: Vec<f32> = sums.iter().map(|&[s]| s as f32).collect();
     from_flex::<C>(dense(out, bias.shape()))
 }
