@@ -2,10 +2,10 @@
 //!
 //! CubeCL 0.10's `create` copies every upload into a fresh pageable `Vec` and copies from there,
 //! so the driver stages it again: on the H200 that moved ~1 GB/s (`examples/copy_bench.rs`, cast
-//! included), where downloads, which CubeCL stages through pinned memory, move ~50 GB/s. Here each thread keeps two pinned slots; an upload is
-//! filled into them chunk by chunk (the caller's fill casts f32 to f16/bf16 straight into the
-//! slot, across threads) while the previous chunk is on the bus, on a stream of our own, into a
-//! device buffer CubeCL allocated.
+//! included), where downloads, which CubeCL stages through pinned memory, move ~50 GB/s. Here
+//! each thread keeps two pinned slots; an upload is filled into them chunk by chunk (the caller's
+//! fill casts f32 to f16/bf16 straight into the slot, across threads) while the previous chunk is
+//! on the bus, on a stream of our own, into a device buffer CubeCL allocated.
 //!
 //! Device buffers are kept per thread and reused by later uploads of the same length, with their
 //! addresses: a training step uploads the same shapes every step, and each fresh buffer costs two
