@@ -8,6 +8,7 @@ mod fallback;
 pub mod norm;
 mod offload;
 mod ops;
+mod paired;
 #[cfg(feature = "cuda")]
 mod pinned;
 mod placement;

@@ -58,11 +58,54 @@ where
     C: Backend,
     A: Accelerator,
 {
-    let (op, flops) = (placed.op, placed.flops);
-    let signature = placed.signature.clone();
-    let config = device::config(&placed.device);
+    let part = Part {
+        placed,
+        launch: Box::new(on_accelerator),
+    };
+    run_parts::<C, A>(part, Vec::new(), on_cpu).0
+}
+
+/// A placed op with its launch on the uploaded operands (see [`run_parts`]).
+pub(crate) struct Part<'a, C: Backend, A: Accelerator> {
+    /// The op.
+    pub placed: PlacedOp<C>,
+    /// Receives the uploaded operands, in the order of `placed.uploads`, and launches the op.
+    pub launch: Launch<'a, A>,
+}
+
+/// The launch of an offloaded op on its uploaded operands.
+pub(crate) type Launch<'a, A> = Box<
+    dyn FnOnce(
+            Vec<FloatTensor<A>>,
+            &<A as burn_backend::BackendTypes>::Device,
+        ) -> Result<FloatTensor<A>, String>
+        + 'a,
+>;
+
+/// Runs `main` like [`run`] and, when it runs on the accelerator, the `extras` in the same call:
+/// their operands go up after `main`'s (reusing its uploads of the same buffers), their launches
+/// follow, and every result comes back in one read, which saves the accelerator a round trip
+/// per extra. The extras must be placed like `main` (the caller checks); on the CPU or on a
+/// fallback only `main` runs, and no extra result is returned. Each op's counters are recorded
+/// apart.
+pub(crate) fn run_parts<C, A>(
+    main: Part<'_, C, A>,
+    extras: Vec<Part<'_, C, A>>,
+    on_cpu: impl FnOnce() -> FloatTensor<C>,
+) -> (FloatTensor<C>, Vec<FloatTensor<C>>)
+where
+    C: Backend,
+    A: Accelerator,
+{
+    let (op, flops) = (main.placed.op, main.placed.flops);
+    let signature = main.placed.signature.clone();
+    let config = device::config(&main.placed.device);
+    let on_cpu_only = |ran| {
+        let out = run_on_cpu::<C>(op, signature.as_ref(), ran, flops, on_cpu);
+        (out, Vec::new())
+    };
     let precision = match config.placement(op) {
-        Placement::Cpu => return run_on_cpu::<C>(op, signature.as_ref(), Ran::Cpu, flops, on_cpu),
+        Placement::Cpu => return on_cpu_only(Ran::Cpu),
         Placement::Accelerator { precision } => precision,
     };
     let fallback = |cause_key: String, cause: String| {
@@ -79,9 +122,9 @@ where
             "disabled".into(),
             "the accelerator is disabled by configuration".into(),
         );
-        return run_on_cpu::<C>(op, signature.as_ref(), Ran::CpuFallback, flops, on_cpu);
+        return on_cpu_only(Ran::CpuFallback);
     }
-    let accel_device = device::accelerator_device::<C, A>(&placed.device);
+    let accel_device = device::accelerator_device::<C, A>(&main.placed.device);
     let info = match device::probe::<A>(&accel_device) {
         Ok(info) => info,
         Err(reason) => {
@@ -89,7 +132,7 @@ where
                 format!("unavailable:{reason}"),
                 format!("the accelerator {accel_device:?} is unavailable: {reason}"),
             );
-            return run_on_cpu::<C>(op, signature.as_ref(), Ran::CpuFallback, flops, on_cpu);
+            return on_cpu_only(Ran::CpuFallback);
         }
     };
     // Operands always carry values rounded to `precision`; a device that cannot store that type
@@ -107,30 +150,29 @@ where
         );
         DType::F32
     };
-    match guarded(|| {
-        offload::<C, A>(
-            placed,
-            precision,
-            upload_dtype,
-            &accel_device,
-            on_accelerator,
-        )
-    }) {
-        Ok(Ok((out, counters))) => {
-            record(
-                op,
-                signature.as_ref(),
-                Ran::Accelerator(precision),
-                counters,
-            );
-            out
+    let mut parts = vec![main];
+    parts.extend(extras);
+    let described: Vec<_> = parts
+        .iter()
+        .map(|p| (p.placed.op, p.placed.signature.clone()))
+        .collect();
+    match guarded(|| offload::<C, A>(parts, precision, upload_dtype, &accel_device)) {
+        Ok(Ok(results)) => {
+            let mut outs = Vec::with_capacity(results.len());
+            for ((out, counters), (op, signature)) in results.into_iter().zip(described) {
+                let ran = Ran::Accelerator(precision);
+                record(op, signature.as_ref(), ran, counters);
+                outs.push(out);
+            }
+            let main = outs.remove(0);
+            (main, outs)
         }
         Ok(Err(cause)) | Err(cause) => {
             fallback(
                 format!("failed:{op}:{cause}"),
                 format!("it failed there: {cause}"),
             );
-            run_on_cpu::<C>(op, signature.as_ref(), Ran::CpuFallback, flops, on_cpu)
+            on_cpu_only(Ran::CpuFallback)
         }
     }
 }
@@ -157,24 +199,103 @@ fn run_on_cpu<C: Backend>(
     out
 }
 
+/// Uploads, launches and reads back every part, in that order, each part's time and bytes in
+/// its own counters.
 fn offload<C: Backend, A: Accelerator>(
-    placed: PlacedOp<C>,
+    parts: Vec<Part<'_, C, A>>,
     precision: Precision,
     upload_dtype: DType,
     accel_device: &A::Device,
-    on_accelerator: impl FnOnce(Vec<FloatTensor<A>>, &A::Device) -> Result<FloatTensor<A>, String>,
-) -> Result<(FloatTensor<C>, OpCounters), String> {
-    let mut counters = OpCounters {
-        calls: 1,
-        flops: placed.flops,
-        ..Default::default()
-    };
+) -> Result<Vec<(FloatTensor<C>, OpCounters)>, String> {
+    // Syncing between the phases only attributes their time (profiling); otherwise the read
+    // below waits for the whole chain and reports any failure in it.
+    let profiling = profile::profiling();
+    injection_point();
+    let mut launches = Vec::with_capacity(parts.len());
+    for part in parts {
+        let mut counters = OpCounters {
+            calls: 1,
+            flops: part.placed.flops,
+            ..Default::default()
+        };
+        // Each part's operands go up before the next part's are looked up, so that a buffer
+        // two parts share is uploaded once.
+        let uploaded = upload_operands::<C, A>(
+            part.placed.uploads,
+            precision,
+            upload_dtype,
+            accel_device,
+            &mut counters,
+        )?;
+        if profiling {
+            let start = Instant::now();
+            A::sync(accel_device).map_err(|e| format!("upload failed: {e}"))?;
+            counters.upload += start.elapsed();
+        }
+        let out = (part.placed.out_dtype, part.placed.device);
+        launches.push((part.launch, uploaded, counters, out));
+    }
+
+    let mut outs = Vec::with_capacity(launches.len());
+    let mut meta = Vec::with_capacity(launches.len());
+    for (launch, uploaded, mut counters, out) in launches {
+        let start = Instant::now();
+        outs.push(launch(uploaded, accel_device)?);
+        if profiling {
+            A::sync(accel_device).map_err(|e| format!("kernel failed: {e}"))?;
+        }
+        counters.compute += start.elapsed();
+        meta.push((counters, out));
+    }
+
+    // One read for all results; while profiling, one per part, to time each.
+    let mut datas = Vec::with_capacity(outs.len());
+    if profiling || outs.len() == 1 {
+        for (out, (counters, _)) in outs.into_iter().zip(&mut meta) {
+            let start = Instant::now();
+            let data = A::accel_download(out).map_err(|e| format!("download failed: {e}"))?;
+            counters.download += start.elapsed();
+            datas.push(data);
+        }
+    } else {
+        let start = Instant::now();
+        datas = A::accel_download_all(outs).map_err(|e| format!("download failed: {e}"))?;
+        let elapsed = start.elapsed();
+        // The shared read's time, split by bytes.
+        let total: usize = datas.iter().map(|d| d.bytes.len()).sum();
+        for (data, (counters, _)) in datas.iter().zip(&mut meta) {
+            let share = data.bytes.len() as f64 / total.max(1) as f64;
+            counters.download += elapsed.mul_f64(share);
+        }
+    }
+
+    let mut results = Vec::with_capacity(datas.len());
+    for (data, (mut counters, (out_dtype, device))) in datas.into_iter().zip(meta) {
+        counters.bytes_down += data.bytes.len() as u64;
+        counters.elements = data.num_elements() as u64;
+        let start = Instant::now();
+        let out = C::float_from_data(cast(data, out_dtype), &device);
+        counters.cpu += start.elapsed();
+        results.push((out, counters));
+    }
+    Ok(results)
+}
+/// `tensors` on the accelerator as `upload_dtype` with values rounded to `precision`: each an
+/// earlier upload of the same buffer where one is remembered, else uploaded now (and remembered
+/// when it is a burn-flex buffer). Time and bytes go to `counters`.
+fn upload_operands<C: Backend, A: Accelerator>(
+    tensors: Vec<FloatTensor<C>>,
+    precision: Precision,
+    upload_dtype: DType,
+    accel_device: &A::Device,
+    counters: &mut OpCounters,
+) -> Result<Vec<FloatTensor<A>>, String> {
     let start = Instant::now();
     // Each operand: its device copy from an earlier upload, or its host data to upload, with
     // the burn-flex tensor it came from (to remember the upload by).
-    let mut operands: Vec<Operand<A>> = Vec::with_capacity(placed.uploads.len());
+    let mut operands: Vec<Operand<A>> = Vec::with_capacity(tensors.len());
     let key = (upload_dtype, precision.dtype());
-    for tensor in placed.uploads {
+    for tensor in tensors {
         let tensor = match crate::ops::layout::into_flex::<C>(tensor) {
             Ok(flex) => {
                 let on_device = |t: &FloatTensor<A>| A::float_device(t) == *accel_device;
@@ -199,7 +320,6 @@ fn offload<C: Backend, A: Accelerator>(
     }
     counters.cpu += start.elapsed();
 
-    injection_point();
     let start = Instant::now();
     let mut uploaded = Vec::with_capacity(operands.len());
     for operand in operands {
@@ -217,31 +337,8 @@ fn offload<C: Backend, A: Accelerator>(
             }
         }
     }
-    // Syncing between the phases only attributes their time (profiling); otherwise the read
-    // below waits for the whole chain and reports any failure in it.
-    let profiling = profile::profiling();
-    if profiling {
-        A::sync(accel_device).map_err(|e| format!("upload failed: {e}"))?;
-    }
     counters.upload += start.elapsed();
-
-    let start = Instant::now();
-    let out = on_accelerator(uploaded, accel_device)?;
-    if profiling {
-        A::sync(accel_device).map_err(|e| format!("kernel failed: {e}"))?;
-    }
-    counters.compute += start.elapsed();
-
-    let start = Instant::now();
-    let data = A::accel_download(out).map_err(|e| format!("download failed: {e}"))?;
-    counters.bytes_down += data.bytes.len() as u64;
-    counters.elements = data.num_elements() as u64;
-    counters.download += start.elapsed();
-
-    let start = Instant::now();
-    let out = C::float_from_data(cast(data, placed.out_dtype), &placed.device);
-    counters.cpu += start.elapsed();
-    Ok((out, counters))
+    Ok(uploaded)
 }
 
 /// An operand of an offloaded op.
@@ -333,6 +430,11 @@ fn f32_to_bf16(dst: &mut [bf16], src: &[f32]) {
 pub(crate) fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     /// Bytes per rayon task.
     const CHUNK: usize = 1 << 16;
+    // One chunk is copied here: handing it to rayon's pool from outside it costs a wake-up and
+    // a wait, longer than the copy.
+    if dst.len() <= CHUNK {
+        return dst.copy_from_slice(src);
+    }
     dst.par_chunks_mut(CHUNK)
         .zip(src.par_chunks(CHUNK))
         .for_each(|(d, s)| d.copy_from_slice(s));
@@ -381,6 +483,10 @@ fn convert_into<S: Sync, D: Send>(
 ) {
     /// Elements per rayon task.
     const CHUNK: usize = 1 << 14;
+    // One chunk (a weight, a bias) is converted here, as in `copy_bytes`.
+    if dst.len() <= CHUNK {
+        return convert_chunk(dst, src);
+    }
     dst.par_chunks_mut(CHUNK)
         .zip(src.par_chunks(CHUNK))
         .for_each(|(d, s)| convert_chunk(d, s));

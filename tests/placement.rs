@@ -468,6 +468,84 @@ fn output_gradient_is_uploaded_once_per_backward() {
     }
 }
 
+/// With both gradients placed alike on burn-flex, the input-gradient call also computes the
+/// weight gradient and keeps it for the request that follows: the weight gradient is the one a
+/// call of its own gives, bit for bit; a different request is not answered with it; a conv
+/// whose weight gradient is never asked for (frozen weights) is no longer paired.
+#[test]
+fn weight_gradient_comes_with_the_input_gradient() {
+    use burn::tensor::TensorPrimitive;
+    use burn::tensor::ops::ModuleOps;
+    type F = burn_flex::Flex;
+    type HF = burn_hetero::Hetero<F, Accel>;
+    let _s = settings(HeteroConfig::default());
+    let flex_device = burn_flex::FlexDevice;
+    let f16 = Placement::accelerator(Precision::F16);
+    HF::configure(
+        &flex_device,
+        HeteroConfig::cpu_only().with_convs(f16).with_strict(true),
+    );
+    let mut rng = rng_for("paired gradients");
+    let mut float = |shape: [usize; 4]| {
+        let n = shape.iter().product();
+        Tensor::<HF, 4>::from_data(
+            TensorData::new(random_vec(&mut rng, n, -1.0, 1.0), shape),
+            &flex_device,
+        )
+        .into_primitive()
+        .tensor()
+    };
+    let (xs, ws, gs) = ([2, 3, 7, 6], [4, 3, 3, 3], [2, 4, 7, 6]);
+    let (x, w, grad, other_grad) = (float(xs), float(ws), float(gs), float(gs));
+    let options = ConvOptions::new([1, 1], [1, 1], [1, 1], 1);
+    let values = |t| {
+        Tensor::<HF, 4>::from_primitive(TensorPrimitive::Float(t))
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    let calls = |delta: &Stats, op| delta.get(op, Ran::Accelerator(Precision::F16)).calls;
+    type T = burn::tensor::ops::FloatTensor<HF>;
+    let x_grad = |g: &T| HF::conv2d_x_backward(x.clone(), w.clone(), g.clone(), options.clone());
+    let w_grad =
+        |g: &T| HF::conv2d_weight_backward(x.clone(), w.clone(), g.clone(), options.clone());
+
+    // Paired: both ops run in the input-gradient call, none in the weight-gradient call.
+    let delta = delta_of(|| drop(values(x_grad(&grad))));
+    assert_eq!(calls(&delta, OpKind::Conv2dInputGrad), 1, "{delta}");
+    assert_eq!(calls(&delta, OpKind::Conv2dWeightGrad), 1, "{delta}");
+    let up = |op| delta.get(op, Ran::Accelerator(Precision::F16)).bytes_up;
+    let elements = |s: [usize; 4]| s.iter().product::<usize>() as u64;
+    assert_eq!(
+        up(OpKind::Conv2dInputGrad),
+        (elements(ws) + elements(gs)) * 2,
+        "{delta}"
+    );
+    // The output gradient goes up once, for both.
+    assert_eq!(up(OpKind::Conv2dWeightGrad), elements(xs) * 2, "{delta}");
+    let mut paired = None;
+    let delta = delta_of(|| paired = Some(values(w_grad(&grad))));
+    assert_eq!(calls(&delta, OpKind::Conv2dWeightGrad), 0, "{delta}");
+    // On its own (nothing kept now): the same gradient.
+    let delta = delta_of(|| assert_eq!(values(w_grad(&grad)), paired.unwrap()));
+    assert_eq!(calls(&delta, OpKind::Conv2dWeightGrad), 1, "{delta}");
+    let alone = values(w_grad(&grad));
+
+    // Another request (another output gradient) gets its own gradient, not the kept one.
+    let other_alone = values(w_grad(&other_grad));
+    drop(values(x_grad(&grad)));
+    let delta = delta_of(|| assert_eq!(values(w_grad(&other_grad)), other_alone));
+    assert_eq!(calls(&delta, OpKind::Conv2dWeightGrad), 1, "{delta}");
+
+    // The gradient kept by that last input gradient was not asked for, as with frozen weights:
+    // from the next input gradient on, this conv's runs alone.
+    let delta = delta_of(|| drop(values(x_grad(&grad))));
+    assert_eq!(calls(&delta, OpKind::Conv2dWeightGrad), 0, "{delta}");
+    let delta = delta_of(|| assert_eq!(values(w_grad(&grad)), alone));
+    assert_eq!(calls(&delta, OpKind::Conv2dWeightGrad), 1, "{delta}");
+    HF::configure(&flex_device, HeteroConfig::default());
+}
+
 /// Uploads come back bit for bit as the host casts them: f32 values cast to f16/bf16 on their way
 /// up (`accel_upload_cast`) and host data copied as they are (`accel_upload`), at sizes under
 /// one staging chunk, just over one (2 MiB: CUDA's pinned path fills two slots in turn) and over

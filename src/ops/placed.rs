@@ -3,12 +3,13 @@
 
 use crate::Accelerator;
 use crate::device;
-use crate::offload::{self, PlacedOp};
+use crate::offload::{self, Part, PlacedOp};
+use crate::paired;
 use crate::placement::{OpKind, Placement};
 use crate::profile::{self, ConvSignature};
 use burn_backend::ops::ConvOptions;
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{Backend, Shape, TensorMetadata};
+use burn_backend::{Backend, DType, Shape, TensorMetadata};
 
 /// Multiply-adds of a conv2d with this input, weight and output shape, times two.
 fn conv2d_flops(weight: &Shape, out: &[usize]) -> u64 {
@@ -17,10 +18,10 @@ fn conv2d_flops(weight: &Shape, out: &[usize]) -> u64 {
     2 * (out.iter().product::<usize>() * per_output) as u64
 }
 
-/// The conv's shape for the profile, computed only while profiling.
-fn signature(x: &Shape, weight: &Shape, options: &ConvOptions<2>) -> Option<ConvSignature> {
+/// The conv's shape (None: not a 2D conv's 4-D operands).
+fn conv_signature(x: &Shape, weight: &Shape, options: &ConvOptions<2>) -> Option<ConvSignature> {
     let four = |s: &Shape| [s[0], s[1], s[2], s[3]];
-    (profile::profiling() && x.num_dims() == 4 && weight.num_dims() == 4).then(|| ConvSignature {
+    (x.num_dims() == 4 && weight.num_dims() == 4).then(|| ConvSignature {
         input: four(x),
         weight: four(weight),
         stride: options.stride,
@@ -28,6 +29,13 @@ fn signature(x: &Shape, weight: &Shape, options: &ConvOptions<2>) -> Option<Conv
         dilation: options.dilation,
         groups: options.groups,
     })
+}
+
+/// The conv's shape for the profile, computed only while profiling.
+fn signature(x: &Shape, weight: &Shape, options: &ConvOptions<2>) -> Option<ConvSignature> {
+    profile::profiling()
+        .then(|| conv_signature(x, weight, options))
+        .flatten()
 }
 
 fn conv2d_out_shape(x: &Shape, weight: &Shape, options: &ConvOptions<2>) -> [usize; 4] {
@@ -69,58 +77,129 @@ pub(crate) fn conv2d<C: Backend, A: Accelerator>(
     )
 }
 
+/// The input gradient; where the weight gradient is placed alike and the operands are burn-flex
+/// tensors, the weight gradient is computed in the same accelerator call and kept for the
+/// request that follows (see [`paired`]).
 pub(crate) fn conv2d_x_backward<C: Backend, A: Accelerator>(
     x: FloatTensor<C>,
     weight: FloatTensor<C>,
     output_grad: FloatTensor<C>,
     options: ConvOptions<2>,
 ) -> FloatTensor<C> {
-    let x_shape = x.shape();
-    let placed = PlacedOp::<C> {
-        op: OpKind::Conv2dInputGrad,
-        device: C::float_device(&x),
-        out_dtype: x.dtype(),
-        flops: conv2d_flops(&weight.shape(), &output_grad.shape()),
-        uploads: vec![weight.clone(), output_grad.clone()],
-        signature: signature(&x_shape, &weight.shape(), &options),
+    let device = C::float_device(&x);
+    let conv = conv_signature(&x.shape(), &weight.shape(), &options);
+    let config = device::config(&device);
+    let input_grad = config.placement(OpKind::Conv2dInputGrad);
+    let pair = matches!(input_grad, Placement::Accelerator { .. })
+        && config.placement(OpKind::Conv2dWeightGrad) == input_grad
+        && paired::flex_operands(&x, &weight, &output_grad).is_some()
+        && conv.as_ref().is_some_and(paired::wanted);
+    let extras = if pair {
+        vec![weight_grad_part::<C, A>(
+            x.clone(),
+            (weight.shape(), weight.dtype()),
+            output_grad.clone(),
+            options.clone(),
+        )]
+    } else {
+        Vec::new()
     };
-    let accel_options = options.clone();
-    offload::run::<C, A>(
-        placed,
-        move |mut t, _| {
-            let output_grad = t.pop().expect("output_grad");
-            let weight = t.pop().expect("weight");
-            A::accel_conv2d_x_backward(x_shape, weight, output_grad, accel_options)
-        },
-        move || C::conv2d_x_backward(x, weight, output_grad, options),
-    )
+    let operands = pair.then(|| (x.clone(), weight.clone(), output_grad.clone()));
+    let main = x_grad_part::<C, A>(
+        (x.shape(), x.dtype()),
+        weight.clone(),
+        output_grad.clone(),
+        options.clone(),
+        device,
+    );
+    let kept_options = options.clone();
+    let (x_grad, mut extra) = offload::run_parts::<C, A>(main, extras, move || {
+        C::conv2d_x_backward(x, weight, output_grad, options)
+    });
+    if let (Some((x, weight, output_grad)), Some(weight_grad), Some(conv)) =
+        (operands, extra.pop(), conv)
+    {
+        let flex = paired::flex_operands(&x, &weight, &output_grad).expect("checked above");
+        paired::keep(conv, flex, kept_options, weight_grad);
+    }
+    x_grad
 }
 
+/// The input gradient as an offloaded op; `x` is the input's shape and dtype.
+fn x_grad_part<'a, C: Backend, A: Accelerator>(
+    (x_shape, out_dtype): (Shape, DType),
+    weight: FloatTensor<C>,
+    output_grad: FloatTensor<C>,
+    options: ConvOptions<2>,
+    device: C::Device,
+) -> Part<'a, C, A> {
+    let placed = PlacedOp::<C> {
+        op: OpKind::Conv2dInputGrad,
+        device,
+        out_dtype,
+        flops: conv2d_flops(&weight.shape(), &output_grad.shape()),
+        signature: signature(&x_shape, &weight.shape(), &options),
+        uploads: vec![weight, output_grad],
+    };
+    Part {
+        placed,
+        launch: Box::new(move |mut t, _| {
+            let output_grad = t.pop().expect("output_grad");
+            let weight = t.pop().expect("weight");
+            A::accel_conv2d_x_backward(x_shape, weight, output_grad, options)
+        }),
+    }
+}
+
+/// The weight gradient: the one computed with the input gradient of this request if there is
+/// one, else an offloaded op of its own.
 pub(crate) fn conv2d_weight_backward<C: Backend, A: Accelerator>(
     x: FloatTensor<C>,
     weight: FloatTensor<C>,
     output_grad: FloatTensor<C>,
     options: ConvOptions<2>,
 ) -> FloatTensor<C> {
-    let w_shape = weight.shape();
+    if let Some(flex) = paired::flex_operands(&x, &weight, &output_grad)
+        && let Some(grad) = paired::take::<FloatTensor<C>>(flex, &options)
+    {
+        return grad;
+    }
+    let weight_shape = (weight.shape(), weight.dtype());
+    let part = weight_grad_part::<C, A>(
+        x.clone(),
+        weight_shape,
+        output_grad.clone(),
+        options.clone(),
+    );
+    offload::run_parts::<C, A>(part, Vec::new(), move || {
+        C::conv2d_weight_backward(x, weight, output_grad, options)
+    })
+    .0
+}
+
+/// The weight gradient as an offloaded op; `weight` is the weight's shape and dtype.
+fn weight_grad_part<'a, C: Backend, A: Accelerator>(
+    x: FloatTensor<C>,
+    (w_shape, out_dtype): (Shape, DType),
+    output_grad: FloatTensor<C>,
+    options: ConvOptions<2>,
+) -> Part<'a, C, A> {
     let placed = PlacedOp::<C> {
         op: OpKind::Conv2dWeightGrad,
         device: C::float_device(&x),
-        out_dtype: weight.dtype(),
+        out_dtype,
         flops: conv2d_flops(&w_shape, &output_grad.shape()),
-        uploads: vec![x.clone(), output_grad.clone()],
         signature: signature(&x.shape(), &w_shape, &options),
+        uploads: vec![x, output_grad],
     };
-    let accel_options = options.clone();
-    offload::run::<C, A>(
+    Part {
         placed,
-        move |mut t, _| {
+        launch: Box::new(move |mut t, _| {
             let output_grad = t.pop().expect("output_grad");
             let x = t.pop().expect("x");
-            A::accel_conv2d_weight_backward(x, w_shape, output_grad, accel_options)
-        },
-        move || C::conv2d_weight_backward(x, weight, output_grad, options),
-    )
+            A::accel_conv2d_weight_backward(x, w_shape, output_grad, options)
+        }),
+    }
 }
 
 pub(crate) fn float_matmul<C: Backend, A: Accelerator>(
