@@ -278,33 +278,40 @@ where
             )
         }),
     };
-    if drives_accelerator {
-        leave_a_core_for_the_driving_thread();
-    }
-    match cli.command {
+    size_the_pool(drives_accelerator);
+    on_a_pool_thread(|| match cli.command {
         Command::Train(args) => train_command(&args),
         Command::Bench(args) => crate::bench::bench_command(&args),
-    }
+    })
     .map_err(|e| RunError::Failed(Box::new(e)))
 }
 
-/// Sizes rayon's global pool (the CPU half's threads) at one thread fewer than the cores, unless
-/// `RAYON_NUM_THREADS` sets it or the pool already exists. The thread that drives the accelerator
-/// (casts into staging, launches, waits) is busy beside the pool; with as many pool threads as
-/// cores they compete. On the H200 machine (16 cores, alternated twice in one call) 15 threads
-/// gave ResNet20 steps 10% faster at batch 32 and 3–8% at batch 128 than 16, and no MNIST-net
-/// step slower (`benches/RESULTS.md`, 2026-12-01).
-fn leave_a_core_for_the_driving_thread() {
-    if std::env::var_os("RAYON_NUM_THREADS").is_some() {
-        return;
-    }
+/// Runs `command` on a thread of rayon's global pool, the caller waiting. The CPU backend splits
+/// each large op across the pool; called from outside it, every such op hands its work to the
+/// pool and sleeps until the pool is done (two thread wake-ups per op, hundreds of ops per
+/// training step), while from a pool thread the caller starts on the work at once and the
+/// others join in.
+fn on_a_pool_thread<R: Send>(command: impl FnOnce() -> R + Send) -> R {
+    // `scope` runs its body on a worker of the global pool when called from outside it.
+    rayon::scope(|_| command())
+}
+
+/// Builds rayon's global pool with the main thread's stack size rather than a pool thread's
+/// 2 MiB, since the command runs on one of its threads (see [`on_a_pool_thread`]) and a deep
+/// model's forward and backward recurse through its modules. When the command drives an
+/// accelerator the pool has one thread fewer than the cores, unless `RAYON_NUM_THREADS` sets it:
+/// the CubeCL device thread is busy beside the pool; with as many pool threads as cores they
+/// compete. On the H200 machine (16 cores, alternated twice in one call) 15 threads gave ResNet20
+/// steps 10% faster at batch 32 and 3–8% at batch 128 than 16, and no MNIST-net step slower
+/// (`benches/RESULTS.md`, 2026-12-01). Left as it is when the pool exists already.
+fn size_the_pool(drives_accelerator: bool) {
+    let mut builder = rayon::ThreadPoolBuilder::new().stack_size(8 << 20);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cores > 2 {
-        // Fails only when the pool was built already; it is then left as it is.
-        let _ = rayon::ThreadPoolBuilder::new()
-            .num_threads(cores - 1)
-            .build_global();
+    if drives_accelerator && std::env::var_os("RAYON_NUM_THREADS").is_none() && cores > 2 {
+        builder = builder.num_threads(cores - 1);
     }
+    // Fails only when the pool was built already.
+    let _ = builder.build_global();
 }
 
 /// [`run`]'s failure: bad flags, or a failure of the command.

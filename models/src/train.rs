@@ -347,6 +347,9 @@ where
         examples_trained += seen;
 
         let valid = model.valid();
+        // The profile is of training steps: the evaluation is left out of it.
+        let profiling = burn_hetero::profile::profiling();
+        burn_hetero::profile::set_profiling(false);
         let test = if job.dry_run {
             let n = settings.test_batch_size.min(data.test.len());
             let subset = ImageDataset {
@@ -364,6 +367,7 @@ where
                 job.progress,
             )
         };
+        burn_hetero::profile::set_profiling(profiling);
         let epoch_report = EpochReport {
             epoch: epoch + 1,
             lr,
