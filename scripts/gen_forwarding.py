@@ -65,6 +65,8 @@ REWRITTEN = {
     "max_pool2d_with_indices": "pool::max_pool2d_with_indices",
     "max_pool2d_with_indices_backward": "pool::max_pool2d_with_indices_backward",
     "float_slice_assign": "slice::float_slice_assign",
+    "float_zeros": "fill::float_zeros",
+    "float_cat": "fill::float_cat",
 }
 
 
@@ -269,6 +271,7 @@ def main():
         "use super::broadcast;\n",
         "use super::channels;\n",
         "use super::elementwise;\n",
+        "use super::fill;\n",
         "use super::layout;\n",
         "use super::placed;\n",
         "use super::pool;\n",

@@ -1702,3 +1702,94 @@ pub fn flex_slice_assign_is_identical() {
         }
     }
 }
+
+/// Zeros and concatenation of `Hetero<Flex, _>` (written across threads for large f32 tensors)
+/// against burn-flex, bit for bit: shapes over and under the threaded size, concatenation along
+/// each dimension (the first gives one output block: burn-flex's own path), three parts, a
+/// strided part (burn-flex's path) and ResNet's option-A padding (a tensor and zeros along the
+/// channels).
+pub fn flex_fill_is_identical() {
+    type F = burn_flex::Flex;
+    type HF = burn_hetero::Hetero<F, Accel>;
+    fn zeros<B: Backend>(shape: [usize; 4]) -> TensorData {
+        Tensor::<B, 4>::zeros(shape, &Default::default()).into_data()
+    }
+    for shape in [[4, 16, 32, 32], [2, 3, 5, 7], [1, 1, 1, 1 << 17]] {
+        assert_identical(
+            &format!("zeros {shape:?}"),
+            0,
+            &zeros::<HF>(shape),
+            &zeros::<F>(shape),
+        );
+        let poisoned = zeros::<HF>(shape).into_vec::<f32>().unwrap();
+        assert!(poisoned.iter().all(|v| v.to_bits() == 0), "zeros {shape:?}");
+    }
+    /// Parts (shapes) joined along `dim`; a part flagged `true` is a narrow view of a wider one.
+    type Case = (Vec<([usize; 4], bool)>, usize);
+    fn cat<B: Backend>(case: &Case, values: &[Vec<f32>]) -> TensorData {
+        let dev = Default::default();
+        let parts = case
+            .0
+            .iter()
+            .zip(values)
+            .map(|((shape, narrow), v)| {
+                if *narrow {
+                    let mut wide = *shape;
+                    wide[3] += 2;
+                    let n: usize = wide.iter().product();
+                    let v: Vec<f32> = (0..n).map(|i| v[i % v.len()]).collect();
+                    Tensor::<B, 4>::from_data(TensorData::new(v, wide), &dev).narrow(3, 1, shape[3])
+                } else {
+                    Tensor::<B, 4>::from_data(TensorData::new(v.clone(), *shape), &dev)
+                }
+            })
+            .collect();
+        Tensor::cat(parts, case.1).into_data()
+    }
+    let cases: Vec<Case> = vec![
+        (vec![([8, 16, 16, 16], false), ([8, 16, 16, 16], false)], 1),
+        (vec![([8, 16, 16, 16], false), ([8, 8, 16, 16], false)], 1),
+        (
+            vec![
+                ([4, 3, 40, 16], false),
+                ([4, 3, 40, 16], false),
+                ([4, 3, 40, 16], false),
+            ],
+            2,
+        ),
+        (vec![([4, 4, 64, 33], false), ([4, 4, 64, 31], false)], 3),
+        (vec![([8, 16, 16, 16], false), ([9, 16, 16, 16], false)], 0),
+        (vec![([8, 16, 16, 16], false), ([8, 16, 16, 16], true)], 1),
+        (vec![([2, 3, 4, 5], false), ([2, 3, 4, 5], false)], 1),
+    ];
+    let mut rng = rng_for("flex fill");
+    for case in &cases {
+        let values: Vec<Vec<f32>> = case
+            .0
+            .iter()
+            .map(|(s, _)| random_vec(&mut rng, s.iter().product(), -1.0, 1.0))
+            .collect();
+        let name = format!("cat {case:?}");
+        assert_identical(
+            &name,
+            0,
+            &cat::<HF>(case, &values),
+            &cat::<F>(case, &values),
+        );
+    }
+    // Option A: x and zeros of the new channels.
+    let dev = Default::default();
+    let x = random_vec(&mut rng, 32 * 16 * 16 * 16, -1.0, 1.0);
+    fn pad<B: Backend>(x: Tensor<B, 4>) -> TensorData {
+        Tensor::cat(vec![x.clone(), x.zeros_like()], 1).into_data()
+    }
+    let hetero = pad::<HF>(Tensor::<HF, 4>::from_data(
+        TensorData::new(x.clone(), [32, 16, 16, 16]),
+        &dev,
+    ));
+    let flex = pad::<F>(Tensor::<F, 4>::from_data(
+        TensorData::new(x, [32, 16, 16, 16]),
+        &dev,
+    ));
+    assert_identical("option-A padding", 0, &hetero, &flex);
+}

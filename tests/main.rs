@@ -44,6 +44,12 @@ mod differential {
         crate::diff_float::flex_slice_assign_is_identical();
     }
 
+    /// Zeros and concatenation written across threads on `Hetero<Flex, _>`, against burn-flex.
+    #[test]
+    fn differential_flex_fill() {
+        crate::diff_float::flex_fill_is_identical();
+    }
+
     #[test]
     fn differential_int_and_bool_ops() {
         let _s = settings(HeteroConfig::cpu_only());

@@ -275,7 +275,8 @@ pub(crate) fn filled(n: usize, fill: impl FnOnce(&mut [MaybeUninit<f32>])) -> Ve
     out
 }
 
-fn dense(values: Vec<f32>, shape: Shape) -> FlexTensor {
+/// `values` as a dense burn-flex f32 tensor of `shape`.
+pub(crate) fn dense(values: Vec<f32>, shape: Shape) -> FlexTensor {
     FlexTensor::new(
         Bytes::from_elems(values),
         Layout::contiguous(shape),

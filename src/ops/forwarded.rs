@@ -7,6 +7,7 @@
 use super::broadcast;
 use super::channels;
 use super::elementwise;
+use super::fill;
 use super::layout;
 use super::placed;
 use super::pool;
@@ -44,7 +45,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_zeros");
         let _timer = crate::profile::CpuOpTimer::start("float_zeros");
-        <C as FloatTensorOps<C>>::float_zeros(shape, device, dtype)
+        fill::float_zeros::<C>(shape, device, dtype)
     }
     fn float_ones(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
@@ -881,7 +882,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_cat");
         let _timer = crate::profile::CpuOpTimer::start("float_cat");
-        <C as FloatTensorOps<C>>::float_cat(tensors, dim)
+        fill::float_cat::<C>(tensors, dim)
     }
     fn float_argmax(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
         #[cfg(feature = "trace-ops")]
