@@ -1705,9 +1705,9 @@ pub fn flex_slice_assign_is_identical() {
 
 /// Zeros and concatenation of `Hetero<Flex, _>` (written across threads for large f32 tensors)
 /// against burn-flex, bit for bit: shapes over and under the threaded size, concatenation along
-/// each dimension (the first gives one output block: burn-flex's own path), three parts, a
-/// strided part (burn-flex's path) and ResNet's option-A padding (a tensor and zeros along the
-/// channels).
+/// each dimension (the first gives one output block: burn-flex's own path), three parts, views
+/// (narrow, every second pixel) and ResNet's option-A padding (every second pixel of a tensor and
+/// zeros along the channels).
 pub fn flex_fill_is_identical() {
     type F = burn_flex::Flex;
     type HF = burn_hetero::Hetero<F, Accel>;
@@ -1724,43 +1724,51 @@ pub fn flex_fill_is_identical() {
         let poisoned = zeros::<HF>(shape).into_vec::<f32>().unwrap();
         assert!(poisoned.iter().all(|v| v.to_bits() == 0), "zeros {shape:?}");
     }
-    /// Parts (shapes) joined along `dim`; a part flagged `true` is a narrow view of a wider one.
-    type Case = (Vec<([usize; 4], bool)>, usize);
+    /// Parts (shapes, and 0 for a dense part, 1 for a narrow view of a wider one, 2 for every
+    /// second pixel of a larger one) joined along `dim`.
+    type Case = (Vec<([usize; 4], u8)>, usize);
     fn cat<B: Backend>(case: &Case, values: &[Vec<f32>]) -> TensorData {
         let dev = Default::default();
         let parts = case
             .0
             .iter()
             .zip(values)
-            .map(|((shape, narrow), v)| {
-                if *narrow {
-                    let mut wide = *shape;
-                    wide[3] += 2;
-                    let n: usize = wide.iter().product();
-                    let v: Vec<f32> = (0..n).map(|i| v[i % v.len()]).collect();
-                    Tensor::<B, 4>::from_data(TensorData::new(v, wide), &dev).narrow(3, 1, shape[3])
-                } else {
-                    Tensor::<B, 4>::from_data(TensorData::new(v.clone(), *shape), &dev)
+            .map(|((shape, view), v)| {
+                let mut wide = *shape;
+                match view {
+                    1 => wide[3] += 2,
+                    2 => (wide[2], wide[3]) = (2 * wide[2], 2 * wide[3]),
+                    _ => {}
+                }
+                let n: usize = wide.iter().product();
+                let v: Vec<f32> = (0..n).map(|i| v[i % v.len()]).collect();
+                let t = Tensor::<B, 4>::from_data(TensorData::new(v, wide), &dev);
+                match view {
+                    1 => t.narrow(3, 1, shape[3]),
+                    2 => t.slice(s![.., .., 0..;2, 0..;2]),
+                    _ => t,
                 }
             })
             .collect();
         Tensor::cat(parts, case.1).into_data()
     }
     let cases: Vec<Case> = vec![
-        (vec![([8, 16, 16, 16], false), ([8, 16, 16, 16], false)], 1),
-        (vec![([8, 16, 16, 16], false), ([8, 8, 16, 16], false)], 1),
+        (vec![([8, 16, 16, 16], 0), ([8, 16, 16, 16], 0)], 1),
+        (vec![([8, 16, 16, 16], 0), ([8, 8, 16, 16], 0)], 1),
         (
             vec![
-                ([4, 3, 40, 16], false),
-                ([4, 3, 40, 16], false),
-                ([4, 3, 40, 16], false),
+                ([4, 3, 40, 16], 0),
+                ([4, 3, 40, 16], 0),
+                ([4, 3, 40, 16], 0),
             ],
             2,
         ),
-        (vec![([4, 4, 64, 33], false), ([4, 4, 64, 31], false)], 3),
-        (vec![([8, 16, 16, 16], false), ([9, 16, 16, 16], false)], 0),
-        (vec![([8, 16, 16, 16], false), ([8, 16, 16, 16], true)], 1),
-        (vec![([2, 3, 4, 5], false), ([2, 3, 4, 5], false)], 1),
+        (vec![([4, 4, 64, 33], 0), ([4, 4, 64, 31], 0)], 3),
+        (vec![([8, 16, 16, 16], 0), ([9, 16, 16, 16], 0)], 0),
+        (vec![([8, 16, 16, 16], 0), ([8, 16, 16, 16], 1)], 1),
+        (vec![([8, 16, 16, 16], 2), ([8, 16, 16, 16], 0)], 1),
+        (vec![([8, 16, 16, 16], 1), ([8, 16, 16, 16], 2)], 3),
+        (vec![([2, 3, 4, 5], 0), ([2, 3, 4, 5], 0)], 1),
     ];
     let mut rng = rng_for("flex fill");
     for case in &cases {
@@ -1777,18 +1785,19 @@ pub fn flex_fill_is_identical() {
             &cat::<F>(case, &values),
         );
     }
-    // Option A: x and zeros of the new channels.
+    // Option A: every second pixel of x and zeros of the new channels.
     let dev = Default::default();
-    let x = random_vec(&mut rng, 32 * 16 * 16 * 16, -1.0, 1.0);
+    let x = random_vec(&mut rng, 32 * 16 * 32 * 32, -1.0, 1.0);
     fn pad<B: Backend>(x: Tensor<B, 4>) -> TensorData {
+        let x = x.slice(s![.., .., 0..;2, 0..;2]);
         Tensor::cat(vec![x.clone(), x.zeros_like()], 1).into_data()
     }
-    let hetero = pad::<HF>(Tensor::<HF, 4>::from_data(
-        TensorData::new(x.clone(), [32, 16, 16, 16]),
+    let hetero = pad::<HF>(Tensor::from_data(
+        TensorData::new(x.clone(), [32, 16, 32, 32]),
         &dev,
     ));
-    let flex = pad::<F>(Tensor::<F, 4>::from_data(
-        TensorData::new(x, [32, 16, 16, 16]),
+    let flex = pad::<F>(Tensor::from_data(
+        TensorData::new(x, [32, 16, 32, 32]),
         &dev,
     ));
     assert_identical("option-A padding", 0, &hetero, &flex);
