@@ -390,39 +390,61 @@ fn linear_layers_follow_the_matmul_placement() {
     }
 }
 
+/// `Hetero<Flex, _>`, for the tests of what it does with burn-flex buffers.
+type HF = burn_hetero::Hetero<burn_flex::Flex, Accel>;
+
+/// Settings for a test of [`HF`]: every conv phase on the accelerator at f16, strictly; `HF` back
+/// to the default when dropped.
+struct FlexConvsAtF16 {
+    _settings: SettingsGuard,
+}
+
+impl FlexConvsAtF16 {
+    fn new() -> Self {
+        let guard = settings(HeteroConfig::default());
+        let f16 = Placement::accelerator(Precision::F16);
+        let config = HeteroConfig::cpu_only().with_convs(f16).with_strict(true);
+        HF::configure(&burn_flex::FlexDevice, config);
+        Self { _settings: guard }
+    }
+}
+
+impl Drop for FlexConvsAtF16 {
+    fn drop(&mut self) {
+        HF::configure(&burn_flex::FlexDevice, HeteroConfig::default());
+    }
+}
+
+/// A float primitive of `HF` holding `values`.
+fn flex_tensor(values: Vec<f32>, shape: [usize; 4]) -> burn::tensor::ops::FloatTensor<HF> {
+    Tensor::<HF, 4>::from_data(TensorData::new(values, shape), &burn_flex::FlexDevice)
+        .into_primitive()
+        .tensor()
+}
+
+/// The values of a float primitive of `HF`.
+fn flex_values(t: burn::tensor::ops::FloatTensor<HF>) -> Vec<f32> {
+    Tensor::<HF, 4>::from_primitive(burn::tensor::TensorPrimitive::Float(t))
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap()
+}
+
 /// A conv backward uploads its output gradient once (f16, cast from burn-flex's storage): the weight gradient reuses the input
 /// gradient's upload of the same burn-flex buffer. Once that buffer is changed in place, the
 /// next upload is a fresh one and the result follows the new values.
 #[test]
 fn output_gradient_is_uploaded_once_per_backward() {
-    use burn::tensor::TensorPrimitive;
     use burn::tensor::ops::{FloatTensorOps, ModuleOps};
-    type F = burn_flex::Flex;
-    type HF = burn_hetero::Hetero<F, Accel>;
-    let _s = settings(HeteroConfig::default());
-    let flex_device = burn_flex::FlexDevice;
-    let f16 = Placement::accelerator(Precision::F16);
-    HF::configure(
-        &flex_device,
-        HeteroConfig::cpu_only().with_convs(f16).with_strict(true),
-    );
+    let _s = FlexConvsAtF16::new();
     let mut rng = rng_for("uploaded once");
-    let float = |v: Vec<f32>, shape: [usize; 4]| {
-        Tensor::<HF, 4>::from_data(TensorData::new(v, shape), &flex_device)
-            .into_primitive()
-            .tensor()
-    };
+    let float = flex_tensor;
     let (xs, ws, gs) = ([2, 3, 6, 6], [4, 3, 3, 3], [2, 4, 6, 6]);
     let x = float(random_vec(&mut rng, 216, -1.0, 1.0), xs);
     let w = float(random_vec(&mut rng, 108, -1.0, 1.0), ws);
     let grad = float(random_vec(&mut rng, 288, -1.0, 1.0), gs);
     let options = ConvOptions::new([1, 1], [1, 1], [1, 1], 1);
-    let values = |t| {
-        Tensor::<HF, 4>::from_primitive(TensorPrimitive::Float(t))
-            .into_data()
-            .to_vec::<f32>()
-            .unwrap()
-    };
+    let values = flex_values;
     let up = |delta: &Stats, op| delta.get(op, Ran::Accelerator(Precision::F16)).bytes_up;
     let mut weight_grad = None;
     let delta = delta_of(|| {
@@ -457,7 +479,6 @@ fn output_gradient_is_uploaded_once_per_backward() {
             options.clone(),
         )));
     });
-    HF::configure(&flex_device, HeteroConfig::default());
     // x's upload is reused; the doubled gradient goes up afresh.
     assert_eq!(up(&delta, OpKind::Conv2dWeightGrad), 288 * 2, "{delta}");
     for (d, g) in doubled_grad.unwrap().iter().zip(weight_grad.unwrap()) {
@@ -474,36 +495,17 @@ fn output_gradient_is_uploaded_once_per_backward() {
 /// whose weight gradient is never asked for (frozen weights) is no longer paired.
 #[test]
 fn weight_gradient_comes_with_the_input_gradient() {
-    use burn::tensor::TensorPrimitive;
     use burn::tensor::ops::ModuleOps;
-    type F = burn_flex::Flex;
-    type HF = burn_hetero::Hetero<F, Accel>;
-    let _s = settings(HeteroConfig::default());
-    let flex_device = burn_flex::FlexDevice;
-    let f16 = Placement::accelerator(Precision::F16);
-    HF::configure(
-        &flex_device,
-        HeteroConfig::cpu_only().with_convs(f16).with_strict(true),
-    );
+    let _s = FlexConvsAtF16::new();
     let mut rng = rng_for("paired gradients");
     let mut float = |shape: [usize; 4]| {
         let n = shape.iter().product();
-        Tensor::<HF, 4>::from_data(
-            TensorData::new(random_vec(&mut rng, n, -1.0, 1.0), shape),
-            &flex_device,
-        )
-        .into_primitive()
-        .tensor()
+        flex_tensor(random_vec(&mut rng, n, -1.0, 1.0), shape)
     };
     let (xs, ws, gs) = ([2, 3, 7, 6], [4, 3, 3, 3], [2, 4, 7, 6]);
     let (x, w, grad, other_grad) = (float(xs), float(ws), float(gs), float(gs));
     let options = ConvOptions::new([1, 1], [1, 1], [1, 1], 1);
-    let values = |t| {
-        Tensor::<HF, 4>::from_primitive(TensorPrimitive::Float(t))
-            .into_data()
-            .to_vec::<f32>()
-            .unwrap()
-    };
+    let values = flex_values;
     let calls = |delta: &Stats, op| delta.get(op, Ran::Accelerator(Precision::F16)).calls;
     type T = burn::tensor::ops::FloatTensor<HF>;
     let x_grad = |g: &T| HF::conv2d_x_backward(x.clone(), w.clone(), g.clone(), options.clone());
@@ -543,7 +545,6 @@ fn weight_gradient_comes_with_the_input_gradient() {
     assert_eq!(calls(&delta, OpKind::Conv2dWeightGrad), 0, "{delta}");
     let delta = delta_of(|| assert_eq!(values(w_grad(&grad)), alone));
     assert_eq!(calls(&delta, OpKind::Conv2dWeightGrad), 1, "{delta}");
-    HF::configure(&flex_device, HeteroConfig::default());
 }
 
 /// Uploads come back bit for bit as the host casts them: f32 values cast to f16/bf16 on their way
