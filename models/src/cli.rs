@@ -268,6 +268,15 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    run_command(args, false)
+}
+
+/// [`run`], the command on a thread of rayon's pool when `on_pool` (see [`on_a_pool_thread`]).
+fn run_command<I, T>(args: I, on_pool: bool) -> Result<Outcome, RunError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
     let cli = Cli::try_parse_from(args).map_err(RunError::Flags)?;
     let drives_accelerator = match &cli.command {
         Command::Train(args) => args.backend == BackendName::Hetero,
@@ -279,14 +288,23 @@ where
         }),
     };
     size_the_pool(drives_accelerator);
-    on_a_pool_thread(|| match cli.command {
+    let command = || match cli.command {
         Command::Train(args) => train_command(&args),
         Command::Bench(args) => crate::bench::bench_command(&args),
-    })
-    .map_err(|e| RunError::Failed(Box::new(e)))
+    };
+    // The process's one command takes one pool thread and leaves the others free; with a single
+    // thread, work handed to the pool from another thread (a device's) would wait for it forever.
+    let result = if on_pool && rayon::current_num_threads() >= 2 {
+        on_a_pool_thread(command)
+    } else {
+        command()
+    };
+    result.map_err(|e| RunError::Failed(Box::new(e)))
 }
 
-/// Runs `command` on a thread of rayon's global pool, the caller waiting. The CPU backend splits
+/// Runs `command` on a thread of rayon's global pool, the caller waiting. Only the program's
+/// entry point does: commands run side by side (tests) could take every pool thread and block
+/// there on work handed to the pool. The CPU backend splits
 /// each large op across the pool; called from outside it, every such op hands its work to the
 /// pool and sleeps until the pool is done (two thread wake-ups per op, hundreds of ops per
 /// training step), while from a pool thread the caller starts on the work at once and the
@@ -325,7 +343,7 @@ pub enum RunError {
 
 /// Runs the program on the process's arguments and returns its exit code.
 pub fn main() -> i32 {
-    match run(std::env::args_os()) {
+    match run_command(std::env::args_os(), true) {
         Ok(_) => 0,
         Err(RunError::Flags(e)) => {
             let _ = e.print();
