@@ -138,6 +138,50 @@ fn pinned_upload<R: CubeRuntime>(
     }))
 }
 
+/// Dense tensors of one device read back flat, in one call (one wait for the device).
+fn read_dense<R: CubeRuntime>(tensors: Vec<CubeTensor<R>>) -> Result<Vec<TensorData>, String> {
+    let Some(client) = tensors.first().map(|t| t.client.clone()) else {
+        return Ok(Vec::new());
+    };
+    let expected: Vec<(Shape, DType, usize)> = tensors
+        .iter()
+        .map(|t| {
+            let shape = t.shape();
+            let num_bytes = shape.num_elements() * t.dtype.size();
+            (shape, t.dtype, num_bytes)
+        })
+        .collect();
+    let descriptors = tensors
+        .iter()
+        .zip(&expected)
+        .map(|(t, (_, _, num_bytes))| {
+            CopyDescriptor::new(
+                t.handle.clone().binding(),
+                [*num_bytes].into(),
+                [1].into(),
+                1,
+            )
+        })
+        .collect();
+    let read = burn_std::future::block_on(client.read_tensor_async(descriptors))
+        .map_err(|e| format!("{e:?}"))?;
+    if read.len() != expected.len() {
+        return Err(format!("read {} of {} results", read.len(), expected.len()));
+    }
+    read.into_iter()
+        .zip(expected)
+        .map(|(bytes, (shape, dtype, num_bytes))| {
+            if bytes.len() != num_bytes {
+                return Err(format!(
+                    "read {} bytes of a {num_bytes}-byte result",
+                    bytes.len()
+                ));
+            }
+            Ok(TensorData::from_bytes(bytes, shape, dtype))
+        })
+        .collect()
+}
+
 /// Casts low-precision operands to f32 on the device. Burn's kernels accumulate in the operand
 /// type; casting first keeps the rounding of the operands (and the halved upload) while the sums
 /// run in f32.
@@ -212,7 +256,11 @@ where
     /// A dense result is read back as one flat copy (the rank-1 path of CubeCL's reads);
     /// any other layout goes through Burn's read.
     fn accel_download(tensor: FloatTensor<Self>) -> Result<TensorData, String> {
-        Self::accel_download_all(vec![tensor])?
+        if !tensor.is_contiguous() {
+            return burn_std::future::block_on(Self::float_into_data(tensor))
+                .map_err(|e| e.to_string());
+        }
+        read_dense(vec![tensor])?
             .pop()
             .ok_or_else(|| "a read returned no result".to_string())
     }
@@ -220,62 +268,11 @@ where
     /// Dense results of one device are read in one call (one wait for the device); others one
     /// by one.
     fn accel_download_all(tensors: Vec<FloatTensor<Self>>) -> Result<Vec<TensorData>, String> {
-        let one_client = tensors.windows(2).all(|w| w[0].device == w[1].device);
-        if !one_client || tensors.iter().any(|t| !t.is_contiguous()) {
-            return tensors
-                .into_iter()
-                .map(|t| {
-                    if t.is_contiguous() {
-                        Self::accel_download_all(vec![t])?
-                            .pop()
-                            .ok_or_else(|| "a read returned no result".to_string())
-                    } else {
-                        burn_std::future::block_on(Self::float_into_data(t))
-                            .map_err(|e| e.to_string())
-                    }
-                })
-                .collect();
+        let one_device = tensors.windows(2).all(|w| w[0].device == w[1].device);
+        if one_device && tensors.iter().all(|t| t.is_contiguous()) {
+            return read_dense(tensors);
         }
-        let Some(client) = tensors.first().map(|t| t.client.clone()) else {
-            return Ok(Vec::new());
-        };
-        let expected: Vec<(Shape, DType, usize)> = tensors
-            .iter()
-            .map(|t| {
-                let shape = t.shape();
-                let num_bytes = shape.num_elements() * t.dtype.size();
-                (shape, t.dtype, num_bytes)
-            })
-            .collect();
-        let descriptors = tensors
-            .iter()
-            .zip(&expected)
-            .map(|(t, (_, _, num_bytes))| {
-                CopyDescriptor::new(
-                    t.handle.clone().binding(),
-                    [*num_bytes].into(),
-                    [1].into(),
-                    1,
-                )
-            })
-            .collect();
-        let read = burn_std::future::block_on(client.read_tensor_async(descriptors))
-            .map_err(|e| format!("{e:?}"))?;
-        if read.len() != expected.len() {
-            return Err(format!("read {} of {} results", read.len(), expected.len()));
-        }
-        read.into_iter()
-            .zip(expected)
-            .map(|(bytes, (shape, dtype, num_bytes))| {
-                if bytes.len() != num_bytes {
-                    return Err(format!(
-                        "read {} bytes of a {num_bytes}-byte result",
-                        bytes.len()
-                    ));
-                }
-                Ok(TensorData::from_bytes(bytes, shape, dtype))
-            })
-            .collect()
+        tensors.into_iter().map(Self::accel_download).collect()
     }
 
     /// Our own kernels (`burn-hetero-kernels`): one launch, the operands read in their upload

@@ -250,7 +250,7 @@ fn offload<C: Backend, A: Accelerator>(
 
     // One read for all results; while profiling, one per part, to time each.
     let mut datas = Vec::with_capacity(outs.len());
-    if profiling || outs.len() == 1 {
+    if profiling {
         for (out, (counters, _)) in outs.into_iter().zip(&mut meta) {
             let start = Instant::now();
             let data = A::accel_download(out).map_err(|e| format!("download failed: {e}"))?;
@@ -280,6 +280,7 @@ fn offload<C: Backend, A: Accelerator>(
     }
     Ok(results)
 }
+
 /// `tensors` on the accelerator as `upload_dtype` with values rounded to `precision`: each an
 /// earlier upload of the same buffer where one is remembered, else uploaded now (and remembered
 /// when it is a burn-flex buffer). Time and bytes go to `counters`.
