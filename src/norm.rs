@@ -7,8 +7,10 @@
 //! burn-flex as the CPU backend they are a few threaded passes over memory; on any other backend
 //! they are the textbook formulas in tensor ops (no autodiff graph through them).
 //!
-//! A model opts in by calling [`batch_norm`] where it called `BatchNorm::forward`; the module,
-//! its record and its running statistics are burn-nn's, so checkpoints do not change.
+//! A model opts in by calling [`batch_norm`] where it called `BatchNorm::forward`, or
+//! [`batch_norm_relu`] where a ReLU follows (with the residual added before it, as a ResNet
+//! block ends); the module, its record and its running statistics are burn-nn's, so
+//! checkpoints do not change.
 //!
 //! ```
 //! # use burn::nn::BatchNormConfig;
@@ -56,6 +58,15 @@ pub struct BatchNormGrads<B: BackendTypes> {
     pub beta: FloatTensor<B>,
 }
 
+/// Gradients of a training-mode `relu(batch_norm(x) + residual)`.
+#[derive(Debug)]
+pub struct BatchNormReluGrads<B: BackendTypes> {
+    /// Of the input, `gamma` and `beta`.
+    pub norm: BatchNormGrads<B>,
+    /// Of the residual (the gradient before the ReLU), where asked for.
+    pub residual: Option<FloatTensor<B>>,
+}
+
 /// A backend with batch norm's training forward and backward as single ops.
 ///
 /// Both have defaults in tensor ops, so a backend implements it with an empty `impl`; `Hetero`
@@ -85,6 +96,75 @@ pub trait BatchNormBackend: Backend {
     ) -> BatchNormGrads<Self> {
         decomposed_backward::<Self>(x, gamma, mean, var, grad, epsilon)
     }
+
+    /// `relu(batch_norm(x) + residual)` in training mode, the residual optional: the output and
+    /// the batch statistics as [`Self::batch_norm_train`] returns them.
+    fn batch_norm_relu_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        residual: Option<FloatTensor<Self>>,
+        epsilon: f64,
+    ) -> BatchNormTrain<Self> {
+        relu_after_forward::<Self>(x, gamma, beta, residual, epsilon)
+    }
+
+    /// Gradients of [`Self::batch_norm_relu_train`] given its input, `gamma`, the batch
+    /// statistics and output it returned and the gradient of its output; `residual` asks for
+    /// the residual's gradient too.
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_relu_train_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        var: FloatTensor<Self>,
+        output: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        residual: bool,
+        epsilon: f64,
+    ) -> BatchNormReluGrads<Self> {
+        relu_before_backward::<Self>(x, gamma, mean, var, output, grad, residual, epsilon)
+    }
+}
+
+/// The default [`BatchNormBackend::batch_norm_relu_train`]: the batch norm, then an add and a
+/// ReLU in `B`'s tensor ops.
+fn relu_after_forward<B: BatchNormBackend>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    beta: FloatTensor<B>,
+    residual: Option<FloatTensor<B>>,
+    epsilon: f64,
+) -> BatchNormTrain<B> {
+    let out = B::batch_norm_train(x, gamma, beta, epsilon);
+    let sum = match residual {
+        Some(residual) => B::float_add(out.output, residual),
+        None => out.output,
+    };
+    BatchNormTrain {
+        output: B::relu(sum),
+        mean: out.mean,
+        var: out.var,
+    }
+}
+
+/// The default [`BatchNormBackend::batch_norm_relu_train_backward`]: ReLU's backward in `B`'s
+/// tensor ops, then the batch norm's.
+#[allow(clippy::too_many_arguments)]
+fn relu_before_backward<B: BatchNormBackend>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    mean: FloatTensor<B>,
+    var: FloatTensor<B>,
+    output: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    residual: bool,
+    epsilon: f64,
+) -> BatchNormReluGrads<B> {
+    let before = B::relu_backward(output, grad);
+    let residual = residual.then(|| before.clone());
+    let norm = B::batch_norm_train_backward(x, gamma, mean, var, before, epsilon);
+    BatchNormReluGrads { norm, residual }
 }
 
 /// burn-nn's `BatchNorm::forward` with the training path through [`BatchNormBackend`]: the same
@@ -98,13 +178,63 @@ pub fn batch_norm<B: BatchNormBackend, const D: usize>(
     module: &BatchNorm<B>,
     input: Tensor<B, D>,
 ) -> Tensor<B, D> {
+    train_or_infer(module, input, B::batch_norm_train, |y| y)
+}
+
+/// `relu(batch_norm(input) + residual)`, the residual optional: in training one op forward and
+/// one backward (on `Hetero` with burn-flex, the add and the ReLU ride in batch norm's passes;
+/// elsewhere they are `B`'s tensor ops), with the same output, gradients and running statistics
+/// as the three ops written out. A ResNet block ends in `batch_norm_relu(bn2, conv2(h),
+/// Some(shortcut))`; its first half is `batch_norm_relu(bn1, conv1(x), None)`.
+///
+/// # Panics
+///
+/// As [`batch_norm`]; and if the residual's shape is not the input's.
+pub fn batch_norm_relu<B: BatchNormBackend, const D: usize>(
+    module: &BatchNorm<B>,
+    input: Tensor<B, D>,
+    residual: Option<Tensor<B, D>>,
+) -> Tensor<B, D> {
+    if let Some(residual) = &residual {
+        assert_eq!(
+            residual.dims(),
+            input.dims(),
+            "batch norm's residual must have the input's shape"
+        );
+    }
+    let primitive = |r: Tensor<B, D>| r.into_primitive().tensor();
+    let infer_residual = residual.clone();
+    train_or_infer(
+        module,
+        input,
+        move |x, gamma, beta, epsilon| {
+            B::batch_norm_relu_train(x, gamma, beta, residual.map(primitive), epsilon)
+        },
+        move |y| {
+            let sum = match infer_residual {
+                Some(residual) => y + residual,
+                None => y,
+            };
+            burn::tensor::activation::relu(sum)
+        },
+    )
+}
+
+/// With autodiff, `train` (then the running statistics' update); without, burn-nn's inference
+/// forward, then `after_inference`.
+fn train_or_infer<B: BatchNormBackend, const D: usize>(
+    module: &BatchNorm<B>,
+    input: Tensor<B, D>,
+    train: impl FnOnce(FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, f64) -> BatchNormTrain<B>,
+    after_inference: impl FnOnce(Tensor<B, D>) -> Tensor<B, D>,
+) -> Tensor<B, D> {
     assert!(
         D >= 2,
         "batch norm needs an input of rank >= 2, [batch, channels, ...]; got rank {D}"
     );
     let device = input.device();
     if !B::ad_enabled(&device) {
-        return module.forward(input);
+        return after_inference(module.forward(input));
     }
     let channels = module.gamma.dims()[0];
     assert_eq!(
@@ -113,7 +243,7 @@ pub fn batch_norm<B: BatchNormBackend, const D: usize>(
         "batch norm over {channels} channels got an input of shape {:?}",
         input.dims()
     );
-    let out = B::batch_norm_train(
+    let out = train(
         input.into_primitive().tensor(),
         module.gamma.val().into_primitive().tensor(),
         module.beta.val().into_primitive().tensor(),
@@ -235,13 +365,13 @@ impl<C: Backend, A: Accelerator> BatchNormBackend for Hetero<C, A> {
         let timer = crate::profile::CpuOpTimer::start_with("batch_norm_train", || {
             vec![crate::profile::describe_operand(&x)]
         });
-        match crate::ops::batch_norm::forward::<C>(x, gamma, beta, epsilon) {
+        match crate::ops::batch_norm::forward::<C>(x, gamma, beta, None, false, epsilon) {
             Ok(out) => BatchNormTrain {
                 output: out.output,
                 mean: out.mean,
                 var: out.var,
             },
-            Err((why, [x, gamma, beta])) => {
+            Err((why, [x, gamma, beta], _)) => {
                 drop(timer);
                 op_by_op("batch_norm_train", &why);
                 decomposed_forward::<Self>(x, gamma, beta, epsilon)
@@ -260,16 +390,77 @@ impl<C: Backend, A: Accelerator> BatchNormBackend for Hetero<C, A> {
         let timer = crate::profile::CpuOpTimer::start_with("batch_norm_train_backward", || {
             vec![crate::profile::describe_operand(&grad)]
         });
-        match crate::ops::batch_norm::backward::<C>(x, gamma, mean, var, grad, epsilon) {
+        match crate::ops::batch_norm::backward::<C>(x, gamma, mean, var, grad, None, epsilon) {
             Ok(out) => BatchNormGrads {
                 input: out.input,
                 gamma: out.gamma,
                 beta: out.beta,
             },
-            Err((why, [x, gamma, mean, var, grad])) => {
+            Err((why, [x, gamma, mean, var, grad], _)) => {
                 drop(timer);
                 op_by_op("batch_norm_train_backward", &why);
                 decomposed_backward::<Self>(x, gamma, mean, var, grad, epsilon)
+            }
+        }
+    }
+
+    fn batch_norm_relu_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        residual: Option<FloatTensor<Self>>,
+        epsilon: f64,
+    ) -> BatchNormTrain<Self> {
+        let timer = crate::profile::CpuOpTimer::start_with("batch_norm_relu_train", || {
+            vec![crate::profile::describe_operand(&x)]
+        });
+        match crate::ops::batch_norm::forward::<C>(x, gamma, beta, residual, true, epsilon) {
+            Ok(out) => BatchNormTrain {
+                output: out.output,
+                mean: out.mean,
+                var: out.var,
+            },
+            Err((why, [x, gamma, beta], residual)) => {
+                drop(timer);
+                op_by_op("batch_norm_relu_train", &why);
+                relu_after_forward::<Self>(x, gamma, beta, residual, epsilon)
+            }
+        }
+    }
+
+    fn batch_norm_relu_train_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        var: FloatTensor<Self>,
+        output: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        residual: bool,
+        epsilon: f64,
+    ) -> BatchNormReluGrads<Self> {
+        let timer =
+            crate::profile::CpuOpTimer::start_with("batch_norm_relu_train_backward", || {
+                vec![crate::profile::describe_operand(&grad)]
+            });
+        let relu = crate::ops::batch_norm::ReluBackward {
+            output,
+            keep_gradient: residual,
+        };
+        match crate::ops::batch_norm::backward::<C>(x, gamma, mean, var, grad, Some(relu), epsilon)
+        {
+            Ok(out) => BatchNormReluGrads {
+                norm: BatchNormGrads {
+                    input: out.input,
+                    gamma: out.gamma,
+                    beta: out.beta,
+                },
+                residual: out.before_relu,
+            },
+            Err((why, [x, gamma, mean, var, grad], output)) => {
+                drop(timer);
+                op_by_op("batch_norm_relu_train_backward", &why);
+                let output = output.expect("the ReLU's output comes back with the operands");
+                relu_before_backward::<Self>(x, gamma, mean, var, output, grad, residual, epsilon)
             }
         }
     }
@@ -316,7 +507,124 @@ impl<B: BatchNormBackend> Backward<B, 3> for BatchNormNode {
     }
 }
 
+/// The autodiff node of `relu(batch_norm(x) + residual)`: input, `gamma` and `beta` as
+/// parents, and the residual as a fourth where there is one (`N` = 3 or 4).
+#[derive(Debug)]
+struct BatchNormReluNode;
+
+impl<B: BatchNormBackend, const N: usize> Backward<B, N> for BatchNormReluNode {
+    /// Input, `gamma`, batch mean and variance, output, epsilon.
+    type State = (
+        FloatTensor<B>,
+        FloatTensor<B>,
+        FloatTensor<B>,
+        FloatTensor<B>,
+        FloatTensor<B>,
+        f64,
+    );
+
+    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let mut parents = ops.parents.into_iter();
+        let [node_x, node_gamma, node_beta] = std::array::from_fn(|_| parents.next().flatten());
+        let node_residual = parents.next().flatten();
+        let grad = grads.consume::<B>(&ops.node);
+        let (x, gamma, mean, var, output, epsilon) = ops.state;
+        let out = B::batch_norm_relu_train_backward(
+            x,
+            gamma,
+            mean,
+            var,
+            output,
+            grad,
+            node_residual.is_some(),
+            epsilon,
+        );
+        let residual = node_residual.zip(out.residual);
+        for (node, grad) in [
+            (node_x, out.norm.input),
+            (node_gamma, out.norm.gamma),
+            (node_beta, out.norm.beta),
+        ]
+        .into_iter()
+        .chain(residual.map(|(node, grad)| (Some(node), grad)))
+        {
+            if let Some(node) = node {
+                grads.register::<B>(node.id, grad);
+            }
+        }
+    }
+}
+
+/// The state of a [`BatchNormReluNode`].
+type ReluNodeState<B> = <BatchNormReluNode as Backward<B, 3>>::State;
+
+/// Finishes the autodiff node of a `relu(batch_norm(x) + residual)` that `B` computed.
+fn finish_relu_node<B: BatchNormBackend, S: CheckpointStrategy, const N: usize>(
+    kind: OpsKind<BatchNormReluNode, B, ReluNodeState<B>, S, N>,
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    out: BatchNormTrain<B>,
+    epsilon: f64,
+) -> BatchNormTrain<Autodiff<B, S>>
+where
+    BatchNormReluNode: Backward<B, N, State = ReluNodeState<B>>,
+{
+    let untracked = <FloatTensor<Autodiff<B, S>>>::new;
+    let output = match kind {
+        OpsKind::Tracked(prep) => {
+            let state = (
+                x,
+                gamma,
+                out.mean.clone(),
+                out.var.clone(),
+                out.output.clone(),
+                epsilon,
+            );
+            prep.finish(state, out.output)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(out.output),
+    };
+    BatchNormTrain {
+        output,
+        mean: untracked(out.mean),
+        var: untracked(out.var),
+    }
+}
+
 impl<B: BatchNormBackend, S: CheckpointStrategy> BatchNormBackend for Autodiff<B, S> {
+    fn batch_norm_relu_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        residual: Option<FloatTensor<Self>>,
+        epsilon: f64,
+    ) -> BatchNormTrain<Self> {
+        let out = B::batch_norm_relu_train(
+            x.primitive.clone(),
+            gamma.primitive.clone(),
+            beta.primitive,
+            residual.as_ref().map(|r| r.primitive.clone()),
+            epsilon,
+        );
+        let (x_primitive, gamma_primitive) = (x.primitive, gamma.primitive);
+        match residual {
+            None => {
+                let kind = BatchNormReluNode
+                    .prepare::<S>([x.node, gamma.node, beta.node])
+                    .compute_bound()
+                    .stateful();
+                finish_relu_node::<B, S, 3>(kind, x_primitive, gamma_primitive, out, epsilon)
+            }
+            Some(residual) => {
+                let kind = BatchNormReluNode
+                    .prepare::<S>([x.node, gamma.node, beta.node, residual.node])
+                    .compute_bound()
+                    .stateful();
+                finish_relu_node::<B, S, 4>(kind, x_primitive, gamma_primitive, out, epsilon)
+            }
+        }
+    }
+
     fn batch_norm_train(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,

@@ -119,6 +119,52 @@ fn batch_norm_backward<B: BatchNormBackend>(bencher: Bencher) {
     });
 }
 
+/// `relu(batch_norm(x) + residual)`, the end of a ResNet block: one fused pass on `Hetero`, the
+/// batch norm, an add and a ReLU on the others (compare with `batch_norm_forward` + `add` +
+/// `relu`).
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn batch_norm_relu_forward<B: BatchNormBackend>(bencher: Bencher) {
+    let (x, residual) = (random::<B, 4>(SHAPE), random::<B, 4>(SHAPE));
+    let (gamma, beta) = (random::<B, 1>([SHAPE[1]]), random::<B, 1>([SHAPE[1]]));
+    bencher.bench_local(|| {
+        B::batch_norm_relu_train(
+            primitive(&x),
+            primitive(&gamma),
+            primitive(&beta),
+            Some(primitive(&residual)),
+            EPSILON,
+        )
+    });
+}
+
+/// Its backward with the residual's gradient: ReLU's backward inside batch norm's passes on
+/// `Hetero` (compare with `batch_norm_backward` + `relu_backward`).
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn batch_norm_relu_backward<B: BatchNormBackend>(bencher: Bencher) {
+    let (x, residual) = (random::<B, 4>(SHAPE), random::<B, 4>(SHAPE));
+    let (gamma, beta) = (random::<B, 1>([SHAPE[1]]), random::<B, 1>([SHAPE[1]]));
+    let forward = B::batch_norm_relu_train(
+        primitive(&x),
+        primitive(&gamma),
+        primitive(&beta),
+        Some(primitive(&residual)),
+        EPSILON,
+    );
+    let grad = random::<B, 4>(SHAPE);
+    bencher.bench_local(|| {
+        B::batch_norm_relu_train_backward(
+            primitive(&x),
+            primitive(&gamma),
+            forward.mean.clone(),
+            forward.var.clone(),
+            forward.output.clone(),
+            primitive(&grad),
+            true,
+            EPSILON,
+        )
+    });
+}
+
 /// The backward of ResNet's strided shortcut `x[:, :, ::2, ::2]`: the gradient written into
 /// every other row and column of zeros.
 #[divan::bench(types = [NdArray, Flex, Hetero])]

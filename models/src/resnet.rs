@@ -20,11 +20,11 @@ use std::f64::consts::SQRT_2;
 use burn::module::{Initializer, Module};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, PaddingConfig2d};
-use burn::tensor::activation::{log_softmax, relu};
+use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Slice, Tensor};
 
-use burn_hetero::norm::{BatchNormBackend, batch_norm};
+use burn_hetero::norm::{BatchNormBackend, batch_norm, batch_norm_relu};
 
 use crate::{Classifier, nll_loss};
 
@@ -265,7 +265,7 @@ pub struct ResNet<B: Backend> {
 impl<B: BatchNormBackend> ResNet<B> {
     /// Logits `[N, classes]` of images `[N, C, H, W]`.
     pub fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
-        let mut x = relu(batch_norm(&self.stem_bn, self.stem.forward(images)));
+        let mut x = batch_norm_relu(&self.stem_bn, self.stem.forward(images), None);
         for block in &self.blocks {
             x = block.forward(x);
         }
@@ -370,13 +370,13 @@ impl<B: Backend> BasicBlock<B> {
 impl<B: BatchNormBackend> BasicBlock<B> {
     /// Output `[N, c_out, ⌈H/s⌉, ⌈W/s⌉]` of input `[N, c_in, H, W]`, s the block's stride.
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        let residual = relu(batch_norm(&self.bn1, self.conv1.forward(x.clone())));
-        let residual = batch_norm(&self.bn2, self.conv2.forward(residual));
+        let hidden = batch_norm_relu(&self.bn1, self.conv1.forward(x.clone()), None);
         let shortcut = match &self.projection {
             Some(projection) => batch_norm(&projection.bn, projection.conv.forward(x)),
             None => self.zero_pad_shortcut(x),
         };
-        relu(residual + shortcut)
+        // relu(bn2(conv2(hidden)) + shortcut), the add and the ReLU inside batch norm's op.
+        batch_norm_relu(&self.bn2, self.conv2.forward(hidden), Some(shortcut))
     }
 }
 

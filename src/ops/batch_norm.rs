@@ -8,6 +8,11 @@
 //! gradient twice and writes the input gradient once (in place of the output gradient when that
 //! buffer is not shared).
 //!
+//! With a ReLU after it (and the residual a ResNet block adds before the ReLU), the forward adds
+//! and clamps in its output pass, and the backward masks the output gradient inside its two
+//! passes, writing the masked gradient out once more only where the residual's gradient is
+//! wanted: three ops and their full-size passes fewer per layer, forward and backward.
+//!
 //! Sums are taken per `(image, channel)` plane in f64 around a per-channel shift (the channel's
 //! first value), so the variance does not lose digits to cancellation when a channel's mean is
 //! large against its spread.
@@ -29,12 +34,25 @@ pub(crate) struct Forward<C: Backend> {
     pub(crate) var: FloatTensor<C>,
 }
 
-/// The backward's results: gradients of the input, of `gamma` and of `beta`.
+/// The backward's results: gradients of the input, of `gamma` and of `beta`, and, where asked
+/// for, the gradient before the ReLU (the residual's).
 pub(crate) struct Backward<C: Backend> {
     pub(crate) input: FloatTensor<C>,
     pub(crate) gamma: FloatTensor<C>,
     pub(crate) beta: FloatTensor<C>,
+    pub(crate) before_relu: Option<FloatTensor<C>>,
 }
+
+/// The ReLU that ended a forward: its output (the mask) and whether the gradient before it is
+/// wanted as a result of its own.
+pub(crate) struct ReluBackward<C: Backend> {
+    pub(crate) output: FloatTensor<C>,
+    pub(crate) keep_gradient: bool,
+}
+
+/// A backward the fused form refused: the reason, the operands (input, `gamma`, mean, variance,
+/// output gradient) and the ReLU's output back unchanged.
+pub(crate) type RefusedBackward<C> = (String, [FloatTensor<C>; 5], Option<FloatTensor<C>>);
 
 /// `Σ (x - shift)` and `Σ (x - shift)²` in f64, eight lanes at a time.
 fn shifted_sums(x: &[f32], shift: f32) -> [f64; 2] {
@@ -57,25 +75,31 @@ fn shifted_sums(x: &[f32], shift: f32) -> [f64; 2] {
     [sum.iter().sum(), squares.iter().sum()]
 }
 
-/// `Σ dy`, `Σ dy · (x - mean)` and `Σ (x - mean)` in f64, eight lanes at a time. The last
-/// recovers the exact batch mean from the f32 one the forward returned.
-fn gradient_sums(dy: &[f32], x: &[f32], mean: f32) -> [f64; 3] {
+/// `Σ g`, `Σ g · (x - mean)` and `Σ (x - mean)` in f64, eight lanes at a time, with `g = dy`
+/// or, `MASKED`, ReLU's backward of it (`dy` where the op's output `y` is positive, else 0).
+/// The last sum recovers the exact batch mean from the f32 one the forward returned.
+fn gradient_sums<const MASKED: bool>(dy: &[f32], y: &[f32], x: &[f32], mean: f32) -> [f64; 3] {
     let mean = mean as f64;
+    let grad = |dy: f32, y: f32| if !MASKED || y > 0.0 { dy } else { 0.0 };
     let (mut sum, mut dot, mut centred) = ([0f64; 8], [0f64; 8], [0f64; 8]);
-    let chunks = dy.chunks_exact(8).zip(x.chunks_exact(8));
+    let y = if MASKED { y } else { dy };
+    let chunks = dy
+        .chunks_exact(8)
+        .zip(y.chunks_exact(8))
+        .zip(x.chunks_exact(8));
     let done = dy.len() / 8 * 8;
-    for (g, v) in chunks {
+    for ((g, y), v) in chunks {
         for lane in 0..8 {
-            let (g_lane, d) = (g[lane] as f64, v[lane] as f64 - mean);
+            let (g_lane, d) = (grad(g[lane], y[lane]) as f64, v[lane] as f64 - mean);
             sum[lane] += g_lane;
             dot[lane] += g_lane * d;
             centred[lane] += d;
         }
     }
-    for (&g, &v) in dy[done..].iter().zip(&x[done..]) {
-        let d = v as f64 - mean;
-        sum[0] += g as f64;
-        dot[0] += g as f64 * d;
+    for ((&g, &y), &v) in dy[done..].iter().zip(&y[done..]).zip(&x[done..]) {
+        let (g, d) = (grad(g, y) as f64, v as f64 - mean);
+        sum[0] += g;
+        dot[0] += g * d;
         centred[0] += d;
     }
     [sum.iter().sum(), dot.iter().sum(), centred.iter().sum()]
@@ -118,22 +142,49 @@ fn check(x: &FlexTensor, per_channel: &[&FlexTensor]) -> Result<Planes, String> 
     Ok(planes)
 }
 
+/// A forward the fused form refused: the reason, and the operands (input, `gamma`, `beta`,
+/// then the residual) back unchanged.
+pub(crate) type RefusedForward<C> = (String, [FloatTensor<C>; 3], Option<FloatTensor<C>>);
+
 /// Training forward: `y = (x - mean) / sqrt(var + epsilon) · gamma + beta` with the batch's
-/// mean and biased variance per channel. The operands back, with the reason, when `C` is not
-/// burn-flex or they are not contiguous f32 tensors.
-#[allow(clippy::type_complexity)]
+/// mean and biased variance per channel, then `+ residual` where there is one and `max(y, 0)`
+/// with `relu`, in the same pass. The operands back, with the reason, when `C` is not
+/// burn-flex or they are not contiguous f32 tensors (the residual of the input's shape).
 pub(crate) fn forward<C: Backend>(
     x: FloatTensor<C>,
     gamma: FloatTensor<C>,
     beta: FloatTensor<C>,
+    residual: Option<FloatTensor<C>>,
+    relu: bool,
     epsilon: f64,
-) -> Result<Forward<C>, (String, [FloatTensor<C>; 3])> {
-    let [x, gamma, beta] = flex_operands::<C, 3>([x, gamma, beta])?;
-    let planes = match check(&x, &[&gamma, &beta]) {
+) -> Result<Forward<C>, RefusedForward<C>> {
+    let [x, gamma, beta] = match flex_operands::<C, 3>([x, gamma, beta]) {
+        Ok(operands) => operands,
+        Err((why, back)) => return Err((why, back, residual)),
+    };
+    let residual = match residual.map(into_flex::<C>) {
+        None => None,
+        Some(Ok(flex)) => Some(flex),
+        Some(Err(r)) => {
+            let why = "the residual is not a burn-flex tensor".to_string();
+            return Err((why, [x, gamma, beta].map(from_flex::<C>), Some(r)));
+        }
+    };
+    let planes = check(&x, &[&gamma, &beta]).and_then(|planes| match &residual {
+        Some(r) if values(r).is_none() || r.layout().shape() != x.layout().shape() => {
+            Err("the residual is not a contiguous f32 tensor of the input's shape".to_string())
+        }
+        _ => Ok(planes),
+    });
+    let planes = match planes {
         Ok(planes) => planes,
-        Err(why) => return Err((why, [x, gamma, beta].map(from_flex::<C>))),
+        Err(why) => {
+            let back = [x, gamma, beta].map(from_flex::<C>);
+            return Err((why, back, residual.map(from_flex::<C>)));
+        }
     };
     let xs = values(&x).expect("checked");
+    let rs = residual.as_ref().map(|r| values(r).expect("checked"));
     let (gamma_v, beta_v) = (
         values(&gamma).expect("checked"),
         values(&beta).expect("checked"),
@@ -160,6 +211,9 @@ pub(crate) fn forward<C: Backend>(
         .map(|(&v, &g)| (g as f64 / (v + epsilon).sqrt()) as f32)
         .collect();
     let channels = planes.channels;
+    // The same f32 operations as the op-by-op form (affine map, add, then burn-flex's ReLU,
+    // `max(0)`), so both give the same bits.
+    let activate = |v: f32| if relu { v.max(0.0) } else { v };
     let out = filled(xs.len(), |out| {
         out.par_chunks_mut(len.max(1))
             .zip(xs.par_chunks(len.max(1)))
@@ -168,9 +222,17 @@ pub(crate) fn forward<C: Backend>(
             .for_each(|(p, (o, x))| {
                 let c = p % channels;
                 let (m, s, b) = (mean32[c], scale[c], beta_v[c]);
-                o.iter_mut().zip(x).for_each(|(o, &x)| {
-                    o.write((x - m) * s + b);
-                });
+                match rs {
+                    None => o.iter_mut().zip(x).for_each(|(o, &x)| {
+                        o.write(activate((x - m) * s + b));
+                    }),
+                    Some(rs) => {
+                        let r = &rs[p * len..p * len + o.len()];
+                        o.iter_mut().zip(x).zip(r).for_each(|((o, &x), &r)| {
+                            o.write(activate((x - m) * s + b + r));
+                        })
+                    }
+                }
             });
     });
     let shape = x.layout().shape().clone();
@@ -184,29 +246,57 @@ pub(crate) fn forward<C: Backend>(
 }
 
 /// Training backward, from the forward's input, `gamma`, batch mean and variance and the output
-/// gradient. The operands back, with the reason, as for [`forward`].
-#[allow(clippy::type_complexity)]
+/// gradient; with `relu`, the gradient is first masked by the ReLU's output, in the same passes.
+/// The operands back, with the reason, as for [`forward`].
 pub(crate) fn backward<C: Backend>(
     x: FloatTensor<C>,
     gamma: FloatTensor<C>,
     mean: FloatTensor<C>,
     var: FloatTensor<C>,
     grad: FloatTensor<C>,
+    relu: Option<ReluBackward<C>>,
     epsilon: f64,
-) -> Result<Backward<C>, (String, [FloatTensor<C>; 5])> {
-    let [x, gamma, mean, var, grad] = flex_operands::<C, 5>([x, gamma, mean, var, grad])?;
-    let checked = check(&x, &[&gamma, &mean, &var]).and_then(|planes| match values(&grad) {
-        Some(g) if g.len() == planes.batch * planes.channels * planes.len => Ok(planes),
-        _ => Err(
-            "the output gradient is not a contiguous f32 tensor of the input's shape".to_string(),
-        ),
+) -> Result<Backward<C>, RefusedBackward<C>> {
+    let keep_gradient = relu.as_ref().is_some_and(|r| r.keep_gradient);
+    let relu_output = relu.map(|r| r.output);
+    let [x, gamma, mean, var, grad] = match flex_operands::<C, 5>([x, gamma, mean, var, grad]) {
+        Ok(operands) => operands,
+        Err((why, back)) => return Err((why, back, relu_output)),
+    };
+    let output = match relu_output.map(into_flex::<C>) {
+        None => None,
+        Some(Ok(flex)) => Some(flex),
+        Some(Err(y)) => {
+            let why = "the ReLU's output is not a burn-flex tensor".to_string();
+            return Err((
+                why,
+                [x, gamma, mean, var, grad].map(from_flex::<C>),
+                Some(y),
+            ));
+        }
+    };
+    let checked = check(&x, &[&gamma, &mean, &var]).and_then(|planes| {
+        let full = |t: &FlexTensor| {
+            values(t).is_some_and(|v| v.len() == planes.batch * planes.channels * planes.len)
+        };
+        if !full(&grad) {
+            Err("the output gradient is not a contiguous f32 tensor of the input's shape".into())
+        } else if output.as_ref().is_some_and(|y| !full(y)) {
+            Err("the ReLU's output is not a contiguous f32 tensor of the input's shape".into())
+        } else {
+            Ok(planes)
+        }
     });
     let planes = match checked {
         Ok(planes) => planes,
-        Err(why) => return Err((why, [x, gamma, mean, var, grad].map(from_flex::<C>))),
+        Err(why) => {
+            let back = [x, gamma, mean, var, grad].map(from_flex::<C>);
+            return Err((why, back, output.map(from_flex::<C>)));
+        }
     };
     let (len, channels) = (planes.len, planes.channels);
     let xs = values(&x).expect("checked");
+    let ys = output.as_ref().map(|y| values(y).expect("checked"));
     let (gamma_v, mean_v, var_v) = (
         values(&gamma).expect("checked"),
         values(&mean).expect("checked"),
@@ -216,7 +306,15 @@ pub(crate) fn backward<C: Backend>(
         let dy = values(&grad).expect("checked");
         planes.per_channel(|p, c| {
             let range = p * len..(p + 1) * len;
-            gradient_sums(&dy[range.clone()], &xs[range], mean_v[c])
+            match ys {
+                Some(ys) => gradient_sums::<true>(
+                    &dy[range.clone()],
+                    &ys[range.clone()],
+                    &xs[range],
+                    mean_v[c],
+                ),
+                None => gradient_sums::<false>(&dy[range.clone()], &[], &xs[range], mean_v[c]),
+            }
         })
     };
     let count = planes.count().max(1) as f64;
@@ -238,13 +336,6 @@ pub(crate) fn backward<C: Backend>(
         grad_gamma.push((dot * invstd) as f32);
         grad_beta.push(sum as f32);
     }
-    let apply = |p: usize, o: &mut [f32], x: &[f32]| {
-        let c = p % channels;
-        let ((a, b, k), m) = (coefficients[c], mean_v[c]);
-        o.iter_mut()
-            .zip(x)
-            .for_each(|(g, &x)| *g = a * *g + b * (x - m) + k);
-    };
     let shape = x.layout().shape().clone();
     // `dx` is written over `dy`: its own buffer when nothing else holds it, else a copy (made
     // across threads) that nothing else holds.
@@ -264,18 +355,59 @@ pub(crate) fn backward<C: Backend>(
         });
         dense(copy, shape.clone())
     };
-    grad.storage_mut::<f32>()[..xs.len()]
-        .par_chunks_mut(len.max(1))
-        .zip(xs.par_chunks(len.max(1)))
-        .with_min_len(planes.min_planes())
-        .enumerate()
-        .for_each(|(p, (o, x))| apply(p, o, x));
-    let input = dense_like(grad, shape);
+    let apply = |p: usize, dx: &mut [f32], x: &[f32]| {
+        let c = p % channels;
+        let ((a, b, k), m) = (coefficients[c], mean_v[c]);
+        dx.iter_mut()
+            .zip(x)
+            .for_each(|(g, &x)| *g = a * *g + b * (x - m) + k);
+    };
+    // ReLU's backward, as burn-flex computes it.
+    let masked = |g: f32, y: f32| if y > 0.0 { g } else { 0.0 };
+    let min_planes = planes.min_planes();
+    let dx = &mut grad.storage_mut::<f32>()[..xs.len()];
+    let before_relu = match ys {
+        None => {
+            dx.par_chunks_mut(len.max(1))
+                .zip(xs.par_chunks(len.max(1)))
+                .with_min_len(min_planes)
+                .enumerate()
+                .for_each(|(p, (dx, x))| apply(p, dx, x));
+            None
+        }
+        Some(ys) if !keep_gradient => {
+            dx.par_chunks_mut(len.max(1))
+                .zip(xs.par_chunks(len.max(1)).zip(ys.par_chunks(len.max(1))))
+                .with_min_len(min_planes)
+                .enumerate()
+                .for_each(|(p, (dx, (x, y)))| {
+                    dx.iter_mut().zip(y).for_each(|(g, &y)| *g = masked(*g, y));
+                    apply(p, dx, x);
+                });
+            None
+        }
+        Some(ys) => Some(filled(xs.len(), |kept| {
+            dx.par_chunks_mut(len.max(1))
+                .zip(kept.par_chunks_mut(len.max(1)))
+                .zip(xs.par_chunks(len.max(1)).zip(ys.par_chunks(len.max(1))))
+                .with_min_len(min_planes)
+                .enumerate()
+                .for_each(|(p, ((dx, kept), (x, y)))| {
+                    dx.iter_mut().zip(kept).zip(y).for_each(|((g, kept), &y)| {
+                        *g = masked(*g, y);
+                        kept.write(*g);
+                    });
+                    apply(p, dx, x);
+                });
+        })),
+    };
+    let input = dense_like(grad, shape.clone());
     let per_channel = Shape::from(vec![channels]);
     Ok(Backward {
         input: from_flex::<C>(input),
         gamma: from_flex::<C>(dense(grad_gamma, per_channel.clone())),
         beta: from_flex::<C>(dense(grad_beta, per_channel)),
+        before_relu: before_relu.map(|kept| from_flex::<C>(dense(kept, shape))),
     })
 }
 
