@@ -48,6 +48,10 @@ pub trait Accelerator: Backend {
         tensors.into_iter().map(Self::accel_download).collect()
     }
 
+    /// Called as an offloaded op starts, before its uploads: a backend whose device is driven
+    /// by a thread that may be asleep wakes it here (see `wake`). The default does nothing.
+    fn accel_wake(_device: &Self::Device) {}
+
     /// conv2d forward (NCHW input, OIHW weight).
     fn accel_conv2d(
         x: FloatTensor<Self>,
@@ -273,6 +277,11 @@ where
             return read_dense(tensors);
         }
         tensors.into_iter().map(Self::accel_download).collect()
+    }
+
+    /// CubeCL's device thread sleeps when idle; the op's read would wait for it to wake.
+    fn accel_wake(device: &Self::Device) {
+        crate::wake::wake(cubecl_common::device::Device::to_id(device));
     }
 
     /// Our own kernels (`burn-hetero-kernels`): one launch, the operands read in their upload

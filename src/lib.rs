@@ -17,6 +17,7 @@ mod stats;
 #[cfg(feature = "trace-ops")]
 mod trace;
 mod uploads;
+mod wake;
 #[cfg(feature = "trace-ops")]
 pub use trace::ops_called;
 

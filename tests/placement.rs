@@ -572,6 +572,11 @@ fn uploads_round_trip<A: burn_hetero::Accelerator>(device: &A::Device, dtypes: &
                 1e-40,
                 65_520.0,
                 f32::NAN,
+                // f16: a tie (1 + 2^-11), its largest finite value, subnormals.
+                1.000_488_3,
+                65_504.0,
+                3.0e-6,
+                -6.0e-8,
             ];
             for (i, v) in special.iter().enumerate() {
                 let at = (i * 997 + round) % n;
