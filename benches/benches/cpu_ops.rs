@@ -137,10 +137,10 @@ fn batch_norm_relu_forward<B: BatchNormBackend>(bencher: Bencher) {
     });
 }
 
-/// Its backward with the residual's gradient: ReLU's backward inside batch norm's passes on
-/// `Hetero` (compare with `batch_norm_backward` + `relu_backward`).
-#[divan::bench(types = [NdArray, Flex, Hetero])]
-fn batch_norm_relu_backward<B: BatchNormBackend>(bencher: Bencher) {
+/// Its backward, with and without the residual's gradient: ReLU's backward inside batch norm's
+/// passes on `Hetero` (compare with `batch_norm_backward` + `relu_backward`).
+#[divan::bench(types = [NdArray, Flex, Hetero], args = [false, true])]
+fn batch_norm_relu_backward<B: BatchNormBackend>(bencher: Bencher, keep_residual_grad: bool) {
     let (x, residual) = (random::<B, 4>(SHAPE), random::<B, 4>(SHAPE));
     let (gamma, beta) = (random::<B, 1>([SHAPE[1]]), random::<B, 1>([SHAPE[1]]));
     let forward = B::batch_norm_relu_train(
@@ -159,7 +159,7 @@ fn batch_norm_relu_backward<B: BatchNormBackend>(bencher: Bencher) {
             forward.var.clone(),
             forward.output.clone(),
             primitive(&grad),
-            true,
+            keep_residual_grad,
             EPSILON,
         )
     });

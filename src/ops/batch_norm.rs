@@ -75,31 +75,25 @@ fn shifted_sums(x: &[f32], shift: f32) -> [f64; 2] {
     [sum.iter().sum(), squares.iter().sum()]
 }
 
-/// `Σ g`, `Σ g · (x - mean)` and `Σ (x - mean)` in f64, eight lanes at a time, with `g = dy`
-/// or, `MASKED`, ReLU's backward of it (`dy` where the op's output `y` is positive, else 0).
-/// The last sum recovers the exact batch mean from the f32 one the forward returned.
-fn gradient_sums<const MASKED: bool>(dy: &[f32], y: &[f32], x: &[f32], mean: f32) -> [f64; 3] {
+/// `Σ dy`, `Σ dy · (x - mean)` and `Σ (x - mean)` in f64, eight lanes at a time. The last
+/// recovers the exact batch mean from the f32 one the forward returned.
+fn gradient_sums(dy: &[f32], x: &[f32], mean: f32) -> [f64; 3] {
     let mean = mean as f64;
-    let grad = |dy: f32, y: f32| if !MASKED || y > 0.0 { dy } else { 0.0 };
     let (mut sum, mut dot, mut centred) = ([0f64; 8], [0f64; 8], [0f64; 8]);
-    let y = if MASKED { y } else { dy };
-    let chunks = dy
-        .chunks_exact(8)
-        .zip(y.chunks_exact(8))
-        .zip(x.chunks_exact(8));
+    let chunks = dy.chunks_exact(8).zip(x.chunks_exact(8));
     let done = dy.len() / 8 * 8;
-    for ((g, y), v) in chunks {
+    for (g, v) in chunks {
         for lane in 0..8 {
-            let (g_lane, d) = (grad(g[lane], y[lane]) as f64, v[lane] as f64 - mean);
+            let (g_lane, d) = (g[lane] as f64, v[lane] as f64 - mean);
             sum[lane] += g_lane;
             dot[lane] += g_lane * d;
             centred[lane] += d;
         }
     }
-    for ((&g, &y), &v) in dy[done..].iter().zip(&y[done..]).zip(&x[done..]) {
-        let (g, d) = (grad(g, y) as f64, v as f64 - mean);
-        sum[0] += g;
-        dot[0] += g * d;
+    for (&g, &v) in dy[done..].iter().zip(&x[done..]) {
+        let d = v as f64 - mean;
+        sum[0] += g as f64;
+        dot[0] += g as f64 * d;
         centred[0] += d;
     }
     [sum.iter().sum(), dot.iter().sum(), centred.iter().sum()]
@@ -296,27 +290,53 @@ pub(crate) fn backward<C: Backend>(
     };
     let (len, channels) = (planes.len, planes.channels);
     let xs = values(&x).expect("checked");
-    let ys = output.as_ref().map(|y| values(y).expect("checked"));
     let (gamma_v, mean_v, var_v) = (
         values(&gamma).expect("checked"),
         values(&mean).expect("checked"),
         values(&var).expect("checked"),
     );
-    let sums = {
-        let dy = values(&grad).expect("checked");
-        planes.per_channel(|p, c| {
-            let range = p * len..(p + 1) * len;
-            match ys {
-                Some(ys) => gradient_sums::<true>(
-                    &dy[range.clone()],
-                    &ys[range.clone()],
-                    &xs[range],
-                    mean_v[c],
-                ),
-                None => gradient_sums::<false>(&dy[range.clone()], &[], &xs[range], mean_v[c]),
+    let shape = x.layout().shape().clone();
+    let chunk = len.max(1);
+    let unique =
+        |t: &FlexTensor| t.is_unique() && t.layout().contiguous_offsets() == Some((0, xs.len()));
+    // The gradient reaching batch norm's output: `dy`, or after a ReLU `dy` masked by its
+    // output (as burn-flex's ReLU backward computes it), written over `dy` where nothing else
+    // holds it, else into a buffer of its own.
+    let grad = match &output {
+        None => grad,
+        Some(y) => {
+            let ys = values(y).expect("checked");
+            let masked = |g: f32, y: f32| if y > 0.0 { g } else { 0.0 };
+            if unique(&grad) {
+                let mut grad = grad;
+                grad.storage_mut::<f32>()[..xs.len()]
+                    .par_chunks_mut(chunk)
+                    .zip(ys.par_chunks(chunk))
+                    .with_min_len(planes.min_planes())
+                    .for_each(|(g, y)| g.iter_mut().zip(y).for_each(|(g, &y)| *g = masked(*g, y)));
+                grad
+            } else {
+                let dy = values(&grad).expect("checked");
+                let out = filled(xs.len(), |out| {
+                    out.par_chunks_mut(chunk)
+                        .zip(dy.par_chunks(chunk).zip(ys.par_chunks(chunk)))
+                        .with_min_len(planes.min_planes())
+                        .for_each(|(o, (g, y))| {
+                            o.iter_mut().zip(g).zip(y).for_each(|((o, &g), &y)| {
+                                o.write(masked(g, y));
+                            })
+                        });
+                });
+                dense(out, shape.clone())
             }
-        })
+        }
     };
+    drop(output);
+    let dy = values(&grad).expect("checked");
+    let sums = planes.per_channel(|p, c| {
+        let range = p * len..(p + 1) * len;
+        gradient_sums(&dy[range.clone()], &xs[range], mean_v[c])
+    });
     let count = planes.count().max(1) as f64;
     // dx = a·dy + b·(x - mean) + k per channel, with a = gamma·invstd,
     // b = -a·invstd²·Σ dy·(x - mean) / count and k = -a·Σ dy / count, for the exact batch
@@ -331,83 +351,52 @@ pub(crate) fn backward<C: Backend>(
         let dot = dot_f32_mean - offset * sum;
         let a = gamma_v[c] as f64 * invstd;
         let b = -a * invstd * invstd * dot / count;
-        // `apply` centres on the f32 mean: b·(x - mean) = b·(x - mean32) - b·offset.
+        // `dx` centres on the f32 mean: b·(x - mean) = b·(x - mean32) - b·offset.
         coefficients.push((a as f32, b as f32, (-a * sum / count - b * offset) as f32));
         grad_gamma.push((dot * invstd) as f32);
         grad_beta.push(sum as f32);
     }
-    let shape = x.layout().shape().clone();
-    // `dx` is written over `dy`: its own buffer when nothing else holds it, else a copy (made
-    // across threads) that nothing else holds.
-    let in_place = grad.is_unique() && grad.layout().contiguous_offsets() == Some((0, xs.len()));
-    let mut grad = if in_place {
-        grad
+    // The coefficients of plane `p`'s channel, as a function of the gradient and input.
+    let dx = |p: usize| {
+        let ((a, b, k), m) = (coefficients[p % channels], mean_v[p % channels]);
+        move |g: f32, x: f32| a * g + b * (x - m) + k
+    };
+    // `dx` is written over the gradient where nothing else holds it (and it is not returned
+    // as the residual's), else into a buffer of its own.
+    let (input, before_relu) = if unique(&grad) && !keep_gradient {
+        let mut grad = grad;
+        grad.storage_mut::<f32>()[..xs.len()]
+            .par_chunks_mut(chunk)
+            .zip(xs.par_chunks(chunk))
+            .with_min_len(planes.min_planes())
+            .enumerate()
+            .for_each(|(p, (g, x))| {
+                let dx = dx(p);
+                g.iter_mut().zip(x).for_each(|(g, &x)| *g = dx(*g, x))
+            });
+        (dense_like(grad, shape), None)
     } else {
-        let g = values(&grad).expect("checked");
-        let copy = filled(g.len(), |out| {
-            out.par_chunks_mut(len.max(1))
-                .zip(g.par_chunks(len.max(1)))
-                .for_each(|(o, g)| {
-                    o.iter_mut().zip(g).for_each(|(o, &g)| {
-                        o.write(g);
-                    });
+        let out = filled(xs.len(), |out| {
+            out.par_chunks_mut(chunk)
+                .zip(dy.par_chunks(chunk).zip(xs.par_chunks(chunk)))
+                .with_min_len(planes.min_planes())
+                .enumerate()
+                .for_each(|(p, (o, (g, x)))| {
+                    let dx = dx(p);
+                    o.iter_mut().zip(g).zip(x).for_each(|((o, &g), &x)| {
+                        o.write(dx(g, x));
+                    })
                 });
         });
-        dense(copy, shape.clone())
+        let kept = keep_gradient.then(|| dense_like(grad, shape.clone()));
+        (dense(out, shape), kept)
     };
-    let apply = |p: usize, dx: &mut [f32], x: &[f32]| {
-        let c = p % channels;
-        let ((a, b, k), m) = (coefficients[c], mean_v[c]);
-        dx.iter_mut()
-            .zip(x)
-            .for_each(|(g, &x)| *g = a * *g + b * (x - m) + k);
-    };
-    // ReLU's backward, as burn-flex computes it.
-    let masked = |g: f32, y: f32| if y > 0.0 { g } else { 0.0 };
-    let min_planes = planes.min_planes();
-    let dx = &mut grad.storage_mut::<f32>()[..xs.len()];
-    let before_relu = match ys {
-        None => {
-            dx.par_chunks_mut(len.max(1))
-                .zip(xs.par_chunks(len.max(1)))
-                .with_min_len(min_planes)
-                .enumerate()
-                .for_each(|(p, (dx, x))| apply(p, dx, x));
-            None
-        }
-        Some(ys) if !keep_gradient => {
-            dx.par_chunks_mut(len.max(1))
-                .zip(xs.par_chunks(len.max(1)).zip(ys.par_chunks(len.max(1))))
-                .with_min_len(min_planes)
-                .enumerate()
-                .for_each(|(p, (dx, (x, y)))| {
-                    dx.iter_mut().zip(y).for_each(|(g, &y)| *g = masked(*g, y));
-                    apply(p, dx, x);
-                });
-            None
-        }
-        Some(ys) => Some(filled(xs.len(), |kept| {
-            dx.par_chunks_mut(len.max(1))
-                .zip(kept.par_chunks_mut(len.max(1)))
-                .zip(xs.par_chunks(len.max(1)).zip(ys.par_chunks(len.max(1))))
-                .with_min_len(min_planes)
-                .enumerate()
-                .for_each(|(p, ((dx, kept), (x, y)))| {
-                    dx.iter_mut().zip(kept).zip(y).for_each(|((g, kept), &y)| {
-                        *g = masked(*g, y);
-                        kept.write(*g);
-                    });
-                    apply(p, dx, x);
-                });
-        })),
-    };
-    let input = dense_like(grad, shape.clone());
     let per_channel = Shape::from(vec![channels]);
     Ok(Backward {
         input: from_flex::<C>(input),
         gamma: from_flex::<C>(dense(grad_gamma, per_channel.clone())),
         beta: from_flex::<C>(dense(grad_beta, per_channel)),
-        before_relu: before_relu.map(|kept| from_flex::<C>(dense(kept, shape))),
+        before_relu: before_relu.map(from_flex::<C>),
     })
 }
 
