@@ -362,21 +362,17 @@ impl<C: Backend, A: Accelerator> BatchNormBackend for Hetero<C, A> {
         beta: FloatTensor<Self>,
         epsilon: f64,
     ) -> BatchNormTrain<Self> {
-        let timer = crate::profile::CpuOpTimer::start_with("batch_norm_train", || {
-            vec![crate::profile::describe_operand(&x)]
-        });
-        match crate::ops::batch_norm::forward::<C>(x, gamma, beta, None, false, epsilon) {
-            Ok(out) => BatchNormTrain {
-                output: out.output,
-                mean: out.mean,
-                var: out.var,
-            },
-            Err((why, [x, gamma, beta], _)) => {
-                drop(timer);
-                op_by_op("batch_norm_train", &why);
+        let operands = [x, gamma, beta];
+        fused_forward::<C, A>(
+            "batch_norm_train",
+            operands,
+            (None, false),
+            epsilon,
+            |o, _| {
+                let [x, gamma, beta] = o;
                 decomposed_forward::<Self>(x, gamma, beta, epsilon)
-            }
-        }
+            },
+        )
     }
 
     fn batch_norm_train_backward(
@@ -387,18 +383,11 @@ impl<C: Backend, A: Accelerator> BatchNormBackend for Hetero<C, A> {
         grad: FloatTensor<Self>,
         epsilon: f64,
     ) -> BatchNormGrads<Self> {
-        let timer = crate::profile::CpuOpTimer::start_with("batch_norm_train_backward", || {
-            vec![crate::profile::describe_operand(&grad)]
-        });
-        match crate::ops::batch_norm::backward::<C>(x, gamma, mean, var, grad, None, epsilon) {
-            Ok(out) => BatchNormGrads {
-                input: out.input,
-                gamma: out.gamma,
-                beta: out.beta,
-            },
-            Err((why, [x, gamma, mean, var, grad], _)) => {
-                drop(timer);
-                op_by_op("batch_norm_train_backward", &why);
+        let operands = [x, gamma, mean, var, grad];
+        let backward = fused_backward::<C, A>("batch_norm_train_backward", operands, None, epsilon);
+        match backward {
+            Ok(out) => out.norm,
+            Err(([x, gamma, mean, var, grad], _)) => {
                 decomposed_backward::<Self>(x, gamma, mean, var, grad, epsilon)
             }
         }
@@ -411,21 +400,11 @@ impl<C: Backend, A: Accelerator> BatchNormBackend for Hetero<C, A> {
         residual: Option<FloatTensor<Self>>,
         epsilon: f64,
     ) -> BatchNormTrain<Self> {
-        let timer = crate::profile::CpuOpTimer::start_with("batch_norm_relu_train", || {
-            vec![crate::profile::describe_operand(&x)]
-        });
-        match crate::ops::batch_norm::forward::<C>(x, gamma, beta, residual, true, epsilon) {
-            Ok(out) => BatchNormTrain {
-                output: out.output,
-                mean: out.mean,
-                var: out.var,
-            },
-            Err((why, [x, gamma, beta], residual)) => {
-                drop(timer);
-                op_by_op("batch_norm_relu_train", &why);
-                relu_after_forward::<Self>(x, gamma, beta, residual, epsilon)
-            }
-        }
+        let (op, operands) = ("batch_norm_relu_train", [x, gamma, beta]);
+        fused_forward::<C, A>(op, operands, (residual, true), epsilon, |o, residual| {
+            let [x, gamma, beta] = o;
+            relu_after_forward::<Self>(x, gamma, beta, residual, epsilon)
+        })
     }
 
     fn batch_norm_relu_train_backward(
@@ -438,30 +417,75 @@ impl<C: Backend, A: Accelerator> BatchNormBackend for Hetero<C, A> {
         residual: bool,
         epsilon: f64,
     ) -> BatchNormReluGrads<Self> {
-        let timer =
-            crate::profile::CpuOpTimer::start_with("batch_norm_relu_train_backward", || {
-                vec![crate::profile::describe_operand(&grad)]
-            });
         let relu = crate::ops::batch_norm::ReluBackward {
             output,
             keep_gradient: residual,
         };
-        match crate::ops::batch_norm::backward::<C>(x, gamma, mean, var, grad, Some(relu), epsilon)
-        {
-            Ok(out) => BatchNormReluGrads {
-                norm: BatchNormGrads {
-                    input: out.input,
-                    gamma: out.gamma,
-                    beta: out.beta,
-                },
-                residual: out.before_relu,
-            },
-            Err((why, [x, gamma, mean, var, grad], output)) => {
-                drop(timer);
-                op_by_op("batch_norm_relu_train_backward", &why);
+        let operands = [x, gamma, mean, var, grad];
+        let op = "batch_norm_relu_train_backward";
+        match fused_backward::<C, A>(op, operands, Some(relu), epsilon) {
+            Ok(out) => out,
+            Err(([x, gamma, mean, var, grad], output)) => {
                 let output = output.expect("the ReLU's output comes back with the operands");
                 relu_before_backward::<Self>(x, gamma, mean, var, output, grad, residual, epsilon)
             }
+        }
+    }
+}
+
+/// A fused forward on burn-flex (the residual added and the ReLU applied with `relu`), timed as
+/// `op`; where it refuses the operands, logged once and `op_by_op_form` on them and the residual.
+fn fused_forward<C: Backend, A: Accelerator>(
+    op: &'static str,
+    [x, gamma, beta]: [FloatTensor<C>; 3],
+    (residual, relu): (Option<FloatTensor<C>>, bool),
+    epsilon: f64,
+    op_by_op_form: impl FnOnce(
+        [FloatTensor<C>; 3],
+        Option<FloatTensor<C>>,
+    ) -> BatchNormTrain<Hetero<C, A>>,
+) -> BatchNormTrain<Hetero<C, A>> {
+    let timer =
+        crate::profile::CpuOpTimer::start_with(op, || vec![crate::profile::describe_operand(&x)]);
+    match crate::ops::batch_norm::forward::<C>(x, gamma, beta, residual, relu, epsilon) {
+        Ok(out) => BatchNormTrain {
+            output: out.output,
+            mean: out.mean,
+            var: out.var,
+        },
+        Err((why, operands, residual)) => {
+            drop(timer);
+            op_by_op(op, &why);
+            op_by_op_form(operands, residual)
+        }
+    }
+}
+
+/// A fused backward on burn-flex (after a ReLU with `relu`), timed as `op`; where it refuses
+/// the operands, logged once and the operands (and the ReLU's output) back.
+#[allow(clippy::type_complexity)]
+fn fused_backward<C: Backend, A: Accelerator>(
+    op: &'static str,
+    [x, gamma, mean, var, grad]: [FloatTensor<C>; 5],
+    relu: Option<crate::ops::batch_norm::ReluBackward<C>>,
+    epsilon: f64,
+) -> Result<BatchNormReluGrads<Hetero<C, A>>, ([FloatTensor<C>; 5], Option<FloatTensor<C>>)> {
+    let timer = crate::profile::CpuOpTimer::start_with(op, || {
+        vec![crate::profile::describe_operand(&grad)]
+    });
+    match crate::ops::batch_norm::backward::<C>(x, gamma, mean, var, grad, relu, epsilon) {
+        Ok(out) => Ok(BatchNormReluGrads {
+            norm: BatchNormGrads {
+                input: out.input,
+                gamma: out.gamma,
+                beta: out.beta,
+            },
+            residual: out.before_relu,
+        }),
+        Err((why, operands, output)) => {
+            drop(timer);
+            op_by_op(op, &why);
+            Err((operands, output))
         }
     }
 }
