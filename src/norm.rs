@@ -182,8 +182,8 @@ pub fn batch_norm<B: BatchNormBackend, const D: usize>(
 }
 
 /// `relu(batch_norm(input) + residual)`, the residual optional: in training one op forward and
-/// one backward (on `Hetero` with burn-flex, the add and the ReLU ride in batch norm's passes;
-/// elsewhere they are `B`'s tensor ops), with the same output, gradients and running statistics
+/// one backward (on `Hetero` with burn-flex, the add and the ReLU ride in batch norm's output
+/// pass and ReLU's backward is a pass of the same op; elsewhere they are `B`'s tensor ops), with the same output, gradients and running statistics
 /// as the three ops written out. A ResNet block ends in `batch_norm_relu(bn2, conv2(h),
 /// Some(shortcut))`; its first half is `batch_norm_relu(bn1, conv1(x), None)`.
 ///

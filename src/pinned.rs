@@ -105,8 +105,6 @@ thread_local! {
 /// (the end event says when the slot may be rewritten; both time the copy when profiling).
 struct Staging {
     device_index: usize,
-    /// The device's id, for waking its CubeCL thread (see `wake`).
-    device_id: cubecl_common::device::DeviceId,
     slots: [*mut u8; 2],
     starts: [sys::CUevent; 2],
     ends: [sys::CUevent; 2],
@@ -183,9 +181,6 @@ impl Staging {
             .map_err(|e| driver_error("cuStreamCreate", e))?;
         let mut staging = Staging {
             device_index,
-            device_id: cubecl_common::device::Device::to_id(&cubecl::cuda::CudaDevice {
-                index: device_index,
-            }),
             slots: [std::ptr::null_mut(); 2],
             starts: [std::ptr::null_mut(); 2],
             ends: [std::ptr::null_mut(); 2],
@@ -203,6 +198,14 @@ impl Staging {
             }
         }
         Ok(staging)
+    }
+
+    /// The device's id in CubeCL, for waking its device thread (see `wake`).
+    fn device_id(&self) -> cubecl_common::device::DeviceId {
+        let device = cubecl::cuda::CudaDevice {
+            index: self.device_index,
+        };
+        cubecl_common::device::Device::to_id(&device)
     }
 
     fn upload(
@@ -300,7 +303,7 @@ impl Staging {
             }
             pending[slot] = true;
             // The next chunk's fill may outlast the device thread's spinning.
-            crate::wake::wake(self.device_id);
+            crate::wake::wake(self.device_id());
         }
         for (slot, pending) in pending.into_iter().enumerate() {
             if pending {

@@ -299,7 +299,8 @@ impl HeteroConfig {
     }
 }
 
-fn parse_bool(v: &str) -> Option<bool> {
+/// `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`, any case; `None` for anything else.
+pub(crate) fn parse_bool(v: &str) -> Option<bool> {
     match v.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Some(true),
         "0" | "false" | "no" | "off" => Some(false),

@@ -21,7 +21,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
 
 /// Environment variable that turns the wake-ups off (`0`, `false`, `off`).
-pub const ENV_DEVICE_WAKE: &str = "BURN_HETERO_DEVICE_WAKE";
+const ENV_DEVICE_WAKE: &str = "BURN_HETERO_DEVICE_WAKE";
 
 /// A service with no state: its handle is how we reach a device's runner thread.
 struct Waker;
@@ -43,18 +43,21 @@ thread_local! {
 
 fn enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| match std::env::var(ENV_DEVICE_WAKE) {
-        Ok(v) => {
-            let off = matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "0" | "false" | "off"
-            );
-            if off {
+    *ENABLED.get_or_init(|| {
+        let Ok(v) = std::env::var(ENV_DEVICE_WAKE) else {
+            return true;
+        };
+        match crate::placement::parse_bool(&v) {
+            Some(true) => true,
+            Some(false) => {
                 log::info!("{ENV_DEVICE_WAKE}={v}: offloaded ops do not wake the device thread");
+                false
             }
-            !off
+            None => {
+                log::warn!("{ENV_DEVICE_WAKE}={v}: expected 1/0/true/false; the wake-ups stay on");
+                true
+            }
         }
-        Err(_) => true,
     })
 }
 

@@ -137,8 +137,8 @@ fn batch_norm_relu_forward<B: BatchNormBackend>(bencher: Bencher) {
     });
 }
 
-/// Its backward, with and without the residual's gradient: ReLU's backward inside batch norm's
-/// passes on `Hetero` (compare with `batch_norm_backward` + `relu_backward`).
+/// Its backward, with and without the residual's gradient: ReLU's backward a pass of the same
+/// op on `Hetero` (compare with `batch_norm_backward` + `relu_backward`).
 #[divan::bench(types = [NdArray, Flex, Hetero], args = [false, true])]
 fn batch_norm_relu_backward<B: BatchNormBackend>(bencher: Bencher, keep_residual_grad: bool) {
     let (x, residual) = (random::<B, 4>(SHAPE), random::<B, 4>(SHAPE));

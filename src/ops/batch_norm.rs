@@ -9,9 +9,9 @@
 //! buffer is not shared).
 //!
 //! With a ReLU after it (and the residual a ResNet block adds before the ReLU), the forward adds
-//! and clamps in its output pass, and the backward masks the output gradient inside its two
-//! passes, writing the masked gradient out once more only where the residual's gradient is
-//! wanted: three ops and their full-size passes fewer per layer, forward and backward.
+//! and clamps in its output pass; the backward first masks the output gradient (in place when
+//! nothing else holds it), which is also the residual's gradient, then runs its two passes on
+//! it, writing the input gradient into a buffer of its own where the masked one is kept.
 //!
 //! Sums are taken per `(image, channel)` plane in f64 around a per-channel shift (the channel's
 //! first value), so the variance does not lose digits to cancellation when a channel's mean is
@@ -117,6 +117,13 @@ fn flex_operands<C: Backend, const N: usize>(tensors: [FloatTensor<C>; N]) -> Op
     Err(("the CPU backend is not burn-flex".to_string(), back))
 }
 
+/// An optional operand as a burn-flex tensor; the operand back when `C` is not burn-flex.
+fn optional_flex<C: Backend>(
+    tensor: Option<FloatTensor<C>>,
+) -> Result<Option<FlexTensor>, FloatTensor<C>> {
+    tensor.map(into_flex::<C>).transpose()
+}
+
 /// Checks the operands' dtypes, layouts and shapes; the reason when the fused form cannot take
 /// them.
 fn check(x: &FlexTensor, per_channel: &[&FlexTensor]) -> Result<Planes, String> {
@@ -156,10 +163,9 @@ pub(crate) fn forward<C: Backend>(
         Ok(operands) => operands,
         Err((why, back)) => return Err((why, back, residual)),
     };
-    let residual = match residual.map(into_flex::<C>) {
-        None => None,
-        Some(Ok(flex)) => Some(flex),
-        Some(Err(r)) => {
+    let residual = match optional_flex::<C>(residual) {
+        Ok(residual) => residual,
+        Err(r) => {
             let why = "the residual is not a burn-flex tensor".to_string();
             return Err((why, [x, gamma, beta].map(from_flex::<C>), Some(r)));
         }
@@ -257,10 +263,9 @@ pub(crate) fn backward<C: Backend>(
         Ok(operands) => operands,
         Err((why, back)) => return Err((why, back, relu_output)),
     };
-    let output = match relu_output.map(into_flex::<C>) {
-        None => None,
-        Some(Ok(flex)) => Some(flex),
-        Some(Err(y)) => {
+    let output = match optional_flex::<C>(relu_output) {
+        Ok(output) => output,
+        Err(y) => {
             let why = "the ReLU's output is not a burn-flex tensor".to_string();
             return Err((
                 why,
@@ -331,7 +336,6 @@ pub(crate) fn backward<C: Backend>(
             }
         }
     };
-    drop(output);
     let dy = values(&grad).expect("checked");
     let sums = planes.per_channel(|p, c| {
         let range = p * len..(p + 1) * len;
