@@ -2,29 +2,34 @@
 //! device-resident operands, and cuDNN's figures joined in from `torch_baselines.py`'s table.
 //!
 //! ```sh
-//! cargo build -p burn-hetero --example conv_bench   # here; then on the GPU machine:
+//! cargo build --release -p burn-hetero --features cuda --example conv_bench   # here; then there:
 //! python3 torch_baselines.py --models mnist_net --variants gpu --steps 3 --no-bus > torch.md
 //! ./conv_bench --cudnn torch.md
 //! ```
 //!
 //! Each figure is the median over 15 samples of the mean time of 20 back-to-back launches
 //! (a device sync before and after each sample), after a warm-up that also runs burn-cuda's
-//! autotune. Ours write f32 outputs, burn-cuda and cuDNN f16/bf16 ones.
+//! autotune; "device µs" is CubeCL's profiler (device timestamps) around the same launches.
+//! Ours write f32 outputs, burn-cuda and cuDNN f16/bf16 ones. A first line gives the launch
+//! floor (an empty kernel), a second table the two places for the operands' cast (on the host
+//! before a 2-byte upload, or in the kernel after an f32 upload), from host values to output.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
 use burn_backend::ops::{ConvOptions, FloatTensorOps};
-use burn_backend::{Backend, FloatDType, TensorData};
+use burn_backend::{Backend, DType, FloatDType, Shape};
 use burn_cubecl::kernel::conv::{ConvStrategy, conv_forward};
-use burn_hetero::CudaAccelerator as B;
+use burn_hetero::{Accelerator, CudaAccelerator as B};
 use burn_hetero_kernels::{
     Conv2dBuffers, Conv2dProblem, ConvPath, ConvTypes, OperandType, conv2d_forward_async,
 };
+use cubecl::cuda::CudaRuntime;
+use cubecl::prelude::*;
 
 /// One shape: batch, in channels, out channels, side, stride, kernel side, padding.
 #[derive(Clone, Copy)]
-struct Shape {
+struct Case {
     label: &'static str,
     n: usize,
     ci: usize,
@@ -35,7 +40,7 @@ struct Shape {
     pad: usize,
 }
 
-fn shapes() -> Vec<Shape> {
+fn shapes() -> Vec<Case> {
     let mut shapes = Vec::new();
     for n in [32, 128] {
         for (ci, co, hw, stride) in [
@@ -46,7 +51,7 @@ fn shapes() -> Vec<Shape> {
             (32, 64, 16, 2),
             (64, 64, 8, 1),
         ] {
-            shapes.push(Shape {
+            shapes.push(Case {
                 label: "resnet20",
                 n,
                 ci,
@@ -59,7 +64,7 @@ fn shapes() -> Vec<Shape> {
         }
     }
     for (ci, co, hw) in [(1, 20, 28), (20, 50, 12)] {
-        shapes.push(Shape {
+        shapes.push(Case {
             label: "mnist",
             n: 64,
             ci,
@@ -70,7 +75,7 @@ fn shapes() -> Vec<Shape> {
             pad: 0,
         });
     }
-    shapes.push(Shape {
+    shapes.push(Case {
         label: "large",
         n: 256,
         ci: 64,
@@ -83,6 +88,11 @@ fn shapes() -> Vec<Shape> {
     shapes
 }
 
+/// Samples per figure.
+const SAMPLES: usize = 15;
+/// Launches per sample.
+const LAUNCHES: usize = 20;
+
 /// Median over samples of the mean time of one launch, in microseconds.
 fn time_us(mut launch: impl FnMut(), device: &burn_cuda::CudaDevice) -> f64 {
     for _ in 0..3 {
@@ -90,16 +100,46 @@ fn time_us(mut launch: impl FnMut(), device: &burn_cuda::CudaDevice) -> f64 {
     }
     B::sync(device).expect("sync");
     let mut samples = Vec::new();
-    for _ in 0..15 {
+    for _ in 0..SAMPLES {
         let start = Instant::now();
-        for _ in 0..20 {
+        for _ in 0..LAUNCHES {
             launch();
         }
         B::sync(device).expect("sync");
-        samples.push(start.elapsed().as_secs_f64() * 1e6 / 20.0);
+        samples.push(start.elapsed().as_secs_f64() * 1e6 / LAUNCHES as f64);
     }
     samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]
+}
+
+/// Median over samples of the device time of one launch (CubeCL's profiler: device timestamps
+/// around `LAUNCHES` launches), in microseconds: the kernel without the host's launch cost.
+fn device_us(client: &ComputeClient<CudaRuntime>, launch: impl Fn() + Send + Sync) -> f64 {
+    let mut samples = Vec::new();
+    for _ in 0..SAMPLES {
+        let (_, ticks) = client
+            .profile(
+                || {
+                    for _ in 0..LAUNCHES {
+                        launch();
+                    }
+                },
+                "conv_bench",
+            )
+            .expect("profile");
+        let duration = cubecl::future::block_on(ticks.resolve()).duration();
+        samples.push(duration.as_secs_f64() * 1e6 / LAUNCHES as f64);
+    }
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+/// Writes 1 into its one-element output: the cheapest kernel there is, for the launch floor.
+#[cube(launch_unchecked)]
+fn noop_kernel(out: &mut Array<f32>) {
+    if ABSOLUTE_POS == 0 {
+        out[0] = 1.0f32;
+    }
 }
 
 /// A row of torch_baselines.py's conv table: n, ci, co, hw, stride, k, dtype.
@@ -147,10 +187,29 @@ fn main() {
         .map(|p| read_cudnn(p))
         .unwrap_or_default();
     let device = burn_cuda::CudaDevice::default();
+    let client = CudaRuntime::client(&device);
+
+    // The launch floor: one empty kernel, timed as the convs are.
+    let floor_out = client.empty(4);
+    let floor = || unsafe {
+        noop_kernel::launch_unchecked::<CudaRuntime>(
+            &client,
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(32),
+            ArrayArg::from_raw_parts(floor_out.clone(), 1),
+        );
+    };
     println!(
-        "| shape | dtype | GFLOP | ours tiled µs | ours cmma µs (kernel) | burn-cuda µs | cuDNN µs | ours best TFLOP/s | ours/cuDNN throughput |"
+        "launch floor (an empty kernel): {:.1} µs per launch on the host clock, {:.1} µs device time\n",
+        time_us(floor, &device),
+        device_us(&client, floor)
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+
+    println!(
+        "| shape | dtype | GFLOP | ours tiled µs | ours cmma µs (kernel) | cmma device µs | cast in kernel µs | burn-cuda µs | cuDNN µs | ours best TFLOP/s | ours/cuDNN throughput |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut uploads = Vec::new();
     for s in shapes() {
         let problem = Conv2dProblem::new(s.n, s.ci, [s.hw, s.hw], s.co, [s.k, s.k])
             .with_stride([s.stride; 2])
@@ -162,16 +221,22 @@ fn main() {
         let w_data: Vec<f32> = (0..s.co * s.ci * s.k * s.k)
             .map(|i| ((i * 104_729 % 1000) as f32 / 5000.0) - 0.1)
             .collect();
-        let x32 = B::float_from_data(TensorData::new(x_data, [s.n, s.ci, s.hw, s.hw]), &device);
-        let w32 = B::float_from_data(TensorData::new(w_data, [s.co, s.ci, s.k, s.k]), &device);
+        let x_shape = Shape::new([s.n, s.ci, s.hw, s.hw]);
+        let w_shape = Shape::new([s.co, s.ci, s.k, s.k]);
+        // Dense device buffers (CubeCL's default allocation pads rows on CUDA).
+        let dense = |data: &[f32], shape: &Shape, dtype: DType| {
+            B::accel_upload_cast(data, shape.clone(), dtype, &device).expect("upload")
+        };
+        let x32 = dense(&x_data, &x_shape, DType::F32);
+        let w32 = dense(&w_data, &w_shape, DType::F32);
+        let out_shape = [s.n, s.co, problem.out_height(), problem.out_width()];
+        let out = B::float_empty(out_shape.into(), &device, FloatDType::F32);
         for (operand, dtype, name) in [
-            (OperandType::F16, FloatDType::F16, "f16"),
-            (OperandType::BF16, FloatDType::BF16, "bf16"),
+            (OperandType::F16, DType::F16, "f16"),
+            (OperandType::BF16, DType::BF16, "bf16"),
         ] {
-            let x = B::float_cast(x32.clone(), dtype);
-            let w = B::float_cast(w32.clone(), dtype);
-            let out_shape = [s.n, s.co, problem.out_height(), problem.out_width()];
-            let out = B::float_empty(out_shape.into(), &device, FloatDType::F32);
+            let x = dense(&x_data, &x_shape, dtype);
+            let w = dense(&w_data, &w_shape, dtype);
             let buffers = || Conv2dBuffers {
                 input: &x.handle,
                 weight: &w.handle,
@@ -179,19 +244,37 @@ fn main() {
                 output: &out.handle,
             };
             let types = ConvTypes::new(operand);
+            let launch = |path| {
+                conv2d_forward_async(&client, buffers(), &problem, types, path).expect("launch")
+            };
             let tiled = time_us(
                 || {
-                    conv2d_forward_async(&x.client, buffers(), &problem, types, ConvPath::Tiled)
-                        .expect("tiled");
+                    launch(ConvPath::Tiled);
                 },
                 &device,
             );
-            let used = conv2d_forward_async(&x.client, buffers(), &problem, types, ConvPath::Auto)
-                .expect("auto");
+            let used = launch(ConvPath::Auto);
             let cmma = time_us(
                 || {
-                    conv2d_forward_async(&x.client, buffers(), &problem, types, ConvPath::Auto)
-                        .expect("auto");
+                    launch(ConvPath::Auto);
+                },
+                &device,
+            );
+            let cmma_device = device_us(&client, || {
+                launch(ConvPath::Auto);
+            });
+            // The same kernel reading the f32 buffers and casting as it loads.
+            let from_f32 = Conv2dBuffers {
+                input: &x32.handle,
+                weight: &w32.handle,
+                bias: None,
+                output: &out.handle,
+            };
+            let fused_types = types.with_storage(OperandType::F32);
+            let fused = time_us(
+                || {
+                    conv2d_forward_async(&client, from_f32, &problem, fused_types, ConvPath::Auto)
+                        .expect("cast in kernel");
                 },
                 &device,
             );
@@ -221,20 +304,50 @@ fn main() {
                 Some(&us) => (format!("{us:.1}"), format!("{:.2}", us / best)),
                 None => ("—".into(), "—".into()),
             };
+            let label = format!(
+                "{} {}×{}×{}² → {}, {}×{} s{}",
+                s.label, s.n, s.ci, s.hw, s.co, s.k, s.k, s.stride
+            );
             println!(
-                "| {} {}×{}×{}² → {}, {}×{} s{} | {name} | {:.3} | {tiled:.1} | {cmma:.1} ({:?}) | {burn} | {cudnn_us} | {:.2} | {ratio} |",
-                s.label,
-                s.n,
-                s.ci,
-                s.hw,
-                s.co,
-                s.k,
-                s.k,
-                s.stride,
+                "| {label} | {name} | {:.3} | {tiled:.1} | {cmma:.1} ({used:?}) | {cmma_device:.1} | {fused:.1} | {burn} | {cudnn_us} | {:.2} | {ratio} |",
                 flops / 1e9,
-                used,
                 flops / best / 1e6,
             );
+
+            // From host f32 values to the conv's output, the two places for the cast: on the
+            // host into the pinned staging (half the bytes on the bus), or in the kernel.
+            let upload_and_conv = |upload: DType, types: ConvTypes| {
+                let x = B::accel_upload_cast(&x_data, x_shape.clone(), upload, &device)
+                    .expect("upload");
+                let w = B::accel_upload_cast(&w_data, w_shape.clone(), upload, &device)
+                    .expect("upload");
+                let buffers = Conv2dBuffers {
+                    input: &x.handle,
+                    weight: &w.handle,
+                    bias: None,
+                    output: &out.handle,
+                };
+                conv2d_forward_async(&client, buffers, &problem, types, ConvPath::Auto)
+                    .expect("launch");
+            };
+            let host_cast = time_us(|| upload_and_conv(dtype, types), &device);
+            let kernel_cast = time_us(|| upload_and_conv(DType::F32, fused_types), &device);
+            uploads.push(format!(
+                "| {label} | {name} | {:.2} | {host_cast:.1} | {kernel_cast:.1} | {:.2} |",
+                (x_data.len() + w_data.len()) as f64 * 4.0 / 1e6,
+                kernel_cast / host_cast,
+            ));
         }
+    }
+    println!(
+        "\nFrom host f32 values to the output (upload of input and weight through pinned staging, \
+         then the conv; µs per call):\n"
+    );
+    println!(
+        "| shape | dtype | f32 MB | cast on the host, 2-byte upload | f32 upload, cast in the kernel | ratio |"
+    );
+    println!("|---|---|---:|---:|---:|---:|");
+    for row in uploads {
+        println!("{row}");
     }
 }

@@ -2,8 +2,9 @@
 # conv2d forward timings on the GPU machine: cuDNN (PyTorch) and ours beside burn-cuda, in one
 # call, joined into one markdown table.
 #
-# Here:  cargo build -p burn-hetero --example conv_bench
-#        mkdir -p carry && cp target/debug/examples/conv_bench carry/ && strip carry/conv_bench \
+# Here:  cargo build --release --locked -p burn-hetero --no-default-features --features cuda \
+#          --example conv_bench
+#        mkdir -p carry && cp target/release/examples/conv_bench carry/ && strip carry/conv_bench \
 #          && xz -T2 -6 -f carry/conv_bench && cp ../shared/bench/torch_baselines.py carry/
 # There: scripts/gpu_bench.sh carry   (writes conv_bench.md, torch.md under $OUT)
 set -euo pipefail

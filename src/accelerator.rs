@@ -25,9 +25,9 @@ pub trait Accelerator: Backend {
         Ok(Self::float_from_data(data, device))
     }
 
-    /// Copies f32 host values to the device as `dtype` (f16 or bf16), cast on the way. The
-    /// default casts into a host buffer and calls [`Self::accel_upload`]; an implementation with
-    /// a staging buffer casts straight into it.
+    /// Copies f32 host values to the device as `dtype` (f16 or bf16, cast on the way; or f32 as
+    /// they are). The default casts into a host buffer and calls [`Self::accel_upload`]; an
+    /// implementation with a staging buffer casts (or copies) straight into it.
     fn accel_upload_cast(
         src: &[f32],
         shape: Shape,
@@ -235,8 +235,8 @@ where
         ))
     }
 
-    /// On CUDA the cast writes straight into pinned staging memory, a chunk at a time while the
-    /// previous chunk is copied.
+    /// On CUDA the cast (or the copy, for f32) writes straight into pinned staging memory, a
+    /// chunk at a time while the previous chunk is copied.
     fn accel_upload_cast(
         src: &[f32],
         shape: Shape,
@@ -244,10 +244,15 @@ where
         device: &Self::Device,
     ) -> Result<FloatTensor<Self>, String> {
         #[cfg(feature = "cuda")]
-        if matches!(dtype, DType::F16 | DType::BF16) {
+        if matches!(dtype, DType::F16 | DType::BF16 | DType::F32) {
             let size = dtype.size();
+            let bytes: &[u8] = bytemuck::cast_slice(src);
             let fill = |dst: &mut [u8], offset: usize| {
-                crate::offload::cast_into(&src[offset / size..], dst, dtype)
+                if dtype == DType::F32 {
+                    crate::offload::copy_bytes(dst, &bytes[offset..offset + dst.len()])
+                } else {
+                    crate::offload::cast_into(&src[offset / size..], dst, dtype)
+                }
             };
             let pinned = pinned_upload::<R>(device, &shape, dtype, src.len() * size, &fill);
             if let Some(result) = pinned {

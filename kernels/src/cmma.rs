@@ -150,14 +150,15 @@ impl CmmaConfig {
     }
 }
 
-/// The cmma conv2d forward kernel. `FI`: operand type (f16 or bf16), `FO`: output type.
+/// The cmma conv2d forward kernel. `FS`: type of the input and weight buffers (`FI`, or f32
+/// cast to `FI` as it is loaded), `FI`: operand type (f16 or bf16), `FO`: output type.
 /// `b_kpad`: padded reduction length of the resident weight tile, 0 to stream it.
 #[cube(launch_unchecked)]
 // `div_ceil` is not part of the CubeCL language.
 #[allow(clippy::too_many_arguments, clippy::manual_div_ceil)]
-pub(crate) fn conv2d_cmma_kernel<FI: Float, FO: Float>(
-    input: &Array<FI>,
-    weight: &Array<FI>,
+pub(crate) fn conv2d_cmma_kernel<FS: Float, FI: Float, FO: Float>(
+    input: &Array<FS>,
+    weight: &Array<FS>,
     bias: &Array<f32>,
     output: &mut Array<FO>,
     shape: ConvShape,
@@ -167,7 +168,7 @@ pub(crate) fn conv2d_cmma_kernel<FI: Float, FO: Float>(
     #[comptime] cfg: CmmaConfig,
     #[comptime] b_kpad: u32,
     #[comptime] use_mask: bool,
-    #[define(FI, FO)] _types: [StorageType; 2],
+    #[define(FS, FI, FO)] _types: [StorageType; 3],
 ) {
     let bm = comptime!(cfg.bm());
     let bn = comptime!(cfg.bn());
@@ -219,7 +220,7 @@ pub(crate) fn conv2d_cmma_kernel<FI: Float, FO: Float>(
             let n = n_start + nl;
             let mut v = FI::from_int(0);
             if n < shape.out_channels_per_group && k < shape.gemm_k {
-                v = weight[(w_group + n * shape.gemm_k + k) as usize];
+                v = FI::cast_from(weight[(w_group + n * shape.gemm_k + k) as usize]);
             }
             smem_b[(nl * ldr + k) as usize] = v;
         }
@@ -285,7 +286,7 @@ pub(crate) fn conv2d_cmma_kernel<FI: Float, FO: Float>(
             cm::fill(accs.index(f), 0.0f32);
         }
 
-        a_load::<FI, FI>(
+        a_load::<FS, FI, FI>(
             input,
             &shape,
             &a_origin,
@@ -301,7 +302,7 @@ pub(crate) fn conv2d_cmma_kernel<FI: Float, FO: Float>(
             use_mask,
         );
         if comptime!(!resident) {
-            b_load::<FI, FI>(
+            b_load::<FS, FI, FI>(
                 weight,
                 &shape,
                 w_group,
@@ -348,7 +349,7 @@ pub(crate) fn conv2d_cmma_kernel<FI: Float, FO: Float>(
 
             // Issue the global loads of the next step before computing this one.
             if k_tile + 1u32 < num_k_tiles {
-                a_load::<FI, FI>(
+                a_load::<FS, FI, FI>(
                     input,
                     &shape,
                     &a_origin,
@@ -364,7 +365,7 @@ pub(crate) fn conv2d_cmma_kernel<FI: Float, FO: Float>(
                     use_mask,
                 );
                 if comptime!(!resident) {
-                    b_load::<FI, FI>(
+                    b_load::<FS, FI, FI>(
                         weight,
                         &shape,
                         w_group,
@@ -476,7 +477,7 @@ pub(crate) fn launch<R: Runtime>(
     bias: (ArrayArg<R>, bool),
     output: ArrayArg<R>,
     problem: &crate::Conv2dProblem,
-    types: [StorageType; 2],
+    types: [StorageType; 3],
 ) -> Result<(), crate::ConvError> {
     let cfg = CmmaConfig::for_problem(problem.out_channels_per_group());
     let hw = &client.properties().hardware;

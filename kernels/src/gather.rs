@@ -101,12 +101,14 @@ pub(crate) fn a_k_init(
 }
 
 /// Loads this unit's part of the A tile of the current reduction step into `regs`
-/// (`regs[i*per_m + j]` for slot `i` and row `j`), converted to `S`, then advances the slots
-/// by `bk`. A slot is in range while `c < C/groups` (`k < K`).
+/// (`regs[i*per_m + j]` for slot `i` and row `j`), rounded to the operand type `FI` and held
+/// as `S`, then advances the slots by `bk`. A slot is in range while `c < C/groups`
+/// (`k < K`). The buffer holds `FS`: `FI` itself, or f32 rounded here (the cast fused into
+/// the load).
 #[cube]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn a_load<FI: Float, S: Float>(
-    input: &Array<FI>,
+pub(crate) fn a_load<FS: Float, FI: Float, S: Float>(
+    input: &Array<FS>,
     shape: &ConvShape,
     origin: &Array<i32>,
     ih: &Array<i32>,
@@ -136,7 +138,7 @@ pub(crate) fn a_load<FI: Float, S: Float>(
             for j in 0..per_m {
                 let mut v = S::from_int(0);
                 if (mask[j] & bit) != 0u32 {
-                    v = S::cast_from(input[(origin[j] + offset) as usize]);
+                    v = S::cast_from(FI::cast_from(input[(origin[j] + offset) as usize]));
                 }
                 regs[i * per_m + j] = v;
             }
@@ -148,7 +150,7 @@ pub(crate) fn a_load<FI: Float, S: Float>(
                 let x = (iw[j] + dw as i32) as u32;
                 let mut v = S::from_int(0);
                 if k_ok && y < shape.in_h && x < shape.in_w {
-                    v = S::cast_from(input[(origin[j] + offset) as usize]);
+                    v = S::cast_from(FI::cast_from(input[(origin[j] + offset) as usize]));
                 }
                 regs[i * per_m + j] = v;
             }
@@ -190,11 +192,12 @@ pub(crate) fn a_store<S: Float>(
 }
 
 /// Loads this unit's part of the B tile (`k = k0 + lane`, columns `n_start + row + rows*i`) of
-/// the group whose weight starts at `w_group` into `regs`, converted to `S`.
+/// the group whose weight starts at `w_group` into `regs`, rounded to `FI` and held as `S` (the
+/// buffer holds `FS`, as for [`a_load`]).
 #[cube]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn b_load<FI: Float, S: Float>(
-    weight: &Array<FI>,
+pub(crate) fn b_load<FS: Float, FI: Float, S: Float>(
+    weight: &Array<FS>,
     shape: &ConvShape,
     w_group: u32,
     n_start: u32,
@@ -212,7 +215,9 @@ pub(crate) fn b_load<FI: Float, S: Float>(
         let n = n_start + row + (i as u32) * rows;
         let mut v = S::from_int(0);
         if k_ok && n < shape.out_channels_per_group {
-            v = S::cast_from(weight[(w_group + n * shape.gemm_k + k) as usize]);
+            v = S::cast_from(FI::cast_from(
+                weight[(w_group + n * shape.gemm_k + k) as usize],
+            ));
         }
         regs[i] = v;
     }

@@ -130,17 +130,22 @@ fn cmma_kernel<R: Runtime>(
 /// Element types of one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConvTypes {
-    /// Type of the input and weight buffers.
+    /// Type of the products' operands: the input and weight values are rounded to it.
     pub operand: OperandType,
+    /// Type of the input and weight buffers: `operand` (cast before the upload), or
+    /// [`OperandType::F32`] with the cast to `operand` fused into the kernel's loads (twice the
+    /// bytes on the bus and in the kernel's reads, no cast pass on the host).
+    pub storage: OperandType,
     /// Type of the output buffer.
     pub output: OutputType,
 }
 
 impl ConvTypes {
-    /// Operands of type `operand`, output in f32.
+    /// Operands of type `operand`, stored as such, output in f32.
     pub fn new(operand: OperandType) -> Self {
         Self {
             operand,
+            storage: operand,
             output: OutputType::F32,
         }
     }
@@ -150,10 +155,18 @@ impl ConvTypes {
         self.output = output;
         self
     }
+
+    /// The same operands read from buffers of type `storage`: the operand type itself, or f32
+    /// cast to the operand type in the kernel (any other pairing is
+    /// [`ConvError::Unsupported`] at launch).
+    pub fn with_storage(mut self, storage: OperandType) -> Self {
+        self.storage = storage;
+        self
+    }
 }
 
 /// The device buffers of one call: raw CubeCL handles, contiguous, in the layouts of
-/// [`Conv2dProblem`]. The input and weight hold [`ConvTypes::operand`] elements, the output
+/// [`Conv2dProblem`]. The input and weight hold [`ConvTypes::storage`] elements, the output
 /// [`ConvTypes::output`] elements and the bias (if any) f32. A handle may be larger than needed
 /// (the kernels use its first elements); the output must not alias an operand.
 #[derive(Debug, Clone, Copy)]
@@ -324,6 +337,18 @@ pub fn conv2d_forward_async<R: Runtime>(
     path: ConvPath,
 ) -> Result<ConvPathUsed, ConvError> {
     problem.validate()?;
+    if types.storage != types.operand && types.storage != OperandType::F32 {
+        return Err(ConvError::Unsupported(format!(
+            "{:?} operands read from {:?} buffers (the buffers hold the operand type or f32)",
+            types.operand, types.storage
+        )));
+    }
+    if !operand_supported(client, types.storage) {
+        return Err(ConvError::Unsupported(format!(
+            "the device cannot store {:?} buffers",
+            types.storage
+        )));
+    }
     if !operand_supported(client, types.operand) {
         return Err(ConvError::Unsupported(format!(
             "the device cannot store {:?} operands",
@@ -345,13 +370,13 @@ pub fn conv2d_forward_async<R: Runtime>(
         "input",
         buffers.input,
         problem.input_len(),
-        types.operand.size(),
+        types.storage.size(),
     )?;
     check_buffer(
         "weight",
         buffers.weight,
         problem.weight_len(),
-        types.operand.size(),
+        types.storage.size(),
     )?;
     check_buffer(
         "output",
@@ -399,7 +424,11 @@ pub fn conv2d_forward_async<R: Runtime>(
             ),
         )
     };
-    let dtypes = [types.operand.storage_type(), types.output.storage_type()];
+    let dtypes = [
+        types.storage.storage_type(),
+        types.operand.storage_type(),
+        types.output.storage_type(),
+    ];
     match used {
         ConvPathUsed::Tiled => tiled::launch(client, input, weight, bias, output, problem, dtypes)?,
         ConvPathUsed::Cmma => cmma::launch(client, input, weight, bias, output, problem, dtypes)?,

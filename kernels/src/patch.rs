@@ -172,13 +172,14 @@ impl PatchConfig {
     }
 }
 
-/// The patch kernel. `FI`: operand type (f16 or bf16), `FO`: output type.
+/// The patch kernel. `FS`: type of the input and weight buffers (`FI`, or f32 cast to `FI` as
+/// it is loaded), `FI`: operand type (f16 or bf16), `FO`: output type.
 #[cube(launch_unchecked)]
 // `div_ceil` is not part of the CubeCL language.
 #[allow(clippy::too_many_arguments, clippy::manual_div_ceil)]
-pub(crate) fn conv2d_patch_kernel<FI: Float, FO: Float>(
-    input: &Array<FI>,
-    weight: &Array<FI>,
+pub(crate) fn conv2d_patch_kernel<FS: Float, FI: Float, FO: Float>(
+    input: &Array<FS>,
+    weight: &Array<FS>,
     bias: &Array<f32>,
     output: &mut Array<FO>,
     shape: ConvShape,
@@ -190,7 +191,7 @@ pub(crate) fn conv2d_patch_kernel<FI: Float, FO: Float>(
     tiles_m: u32,
     tiles_n: u32,
     #[comptime] cfg: PatchConfig,
-    #[define(FI, FO)] _types: [StorageType; 2],
+    #[define(FS, FI, FO)] _types: [StorageType; 3],
 ) {
     let bm = comptime!(cfg.bm());
     let bn = comptime!(cfg.bn());
@@ -243,7 +244,7 @@ pub(crate) fn conv2d_patch_kernel<FI: Float, FO: Float>(
         let mut v = FI::from_int(0);
         if n < shape.out_channels_per_group && c < cg {
             let oc = group * shape.out_channels_per_group + n;
-            v = weight[((oc * cg + c) * taps + tap) as usize];
+            v = FI::cast_from(weight[((oc * cg + c) * taps + tap) as usize]);
         }
         smem_w[((tap * bn + nl) * ldr + c) as usize] = v;
     }
@@ -299,7 +300,7 @@ pub(crate) fn conv2d_patch_kernel<FI: Float, FO: Float>(
             cm::fill(accs.index(f), 0.0f32);
         }
 
-        patch_load::<FI>(
+        patch_load::<FS, FI>(
             input,
             &shape,
             &pix_base,
@@ -323,7 +324,7 @@ pub(crate) fn conv2d_patch_kernel<FI: Float, FO: Float>(
             sync_cube();
 
             if chunk + 1u32 < chunks {
-                patch_load::<FI>(
+                patch_load::<FS, FI>(
                     input,
                     &shape,
                     &pix_base,
@@ -434,8 +435,8 @@ pub(crate) fn conv2d_patch_kernel<FI: Float, FO: Float>(
 /// vectors per pixel), zero outside the input and past the group's channels.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn patch_load<FI: Float>(
-    input: &Array<FI>,
+fn patch_load<FS: Float, FI: Float>(
+    input: &Array<FS>,
     shape: &ConvShape,
     pix_base: &Array<u32>,
     pix_ok: &Array<u32>,
@@ -456,12 +457,12 @@ fn patch_load<FI: Float>(
             for i in 0..8usize {
                 if comptime!(full_chunks) {
                     // c < C/groups: `idx` is in bounds even for pixels outside the input.
-                    let x = input[idx as usize];
+                    let x = FI::cast_from(input[idx as usize]);
                     v[i] = select(ok, x, FI::from_int(0));
                 } else {
                     let c = c0 + comptime!((h * 8 + i) as u32);
                     let valid = ok && c < shape.channels_per_group;
-                    let x = input[select(valid, idx, 0u32) as usize];
+                    let x = FI::cast_from(input[select(valid, idx, 0u32) as usize]);
                     v[i] = select(valid, x, FI::from_int(0));
                 }
                 idx += in_hw;
@@ -482,7 +483,7 @@ pub(crate) fn launch<R: Runtime>(
     output: ArrayArg<R>,
     problem: &crate::Conv2dProblem,
     plan: PatchPlan,
-    types: [StorageType; 2],
+    types: [StorageType; 3],
 ) -> Result<(), crate::ConvError> {
     let cfg = plan.cfg;
     let hw = &client.properties().hardware;

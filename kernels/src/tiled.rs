@@ -114,13 +114,14 @@ impl TiledConfig {
     }
 }
 
-/// The tiled conv2d forward kernel. `FI`: operand type, `FO`: output type; sums in f32.
+/// The tiled conv2d forward kernel. `FS`: type of the input and weight buffers (`FI`, or f32
+/// rounded to `FI` as it is loaded), `FI`: operand type, `FO`: output type; sums in f32.
 #[cube(launch_unchecked)]
 // `div_ceil` is not part of the CubeCL language.
 #[allow(clippy::too_many_arguments, clippy::manual_div_ceil)]
-pub(crate) fn conv2d_tiled_kernel<FI: Float, FO: Float>(
-    input: &Array<FI>,
-    weight: &Array<FI>,
+pub(crate) fn conv2d_tiled_kernel<FS: Float, FI: Float, FO: Float>(
+    input: &Array<FS>,
+    weight: &Array<FS>,
     bias: &Array<f32>,
     output: &mut Array<FO>,
     shape: ConvShape,
@@ -130,7 +131,7 @@ pub(crate) fn conv2d_tiled_kernel<FI: Float, FO: Float>(
     tiles_total: u32,
     #[comptime] cfg: TiledConfig,
     #[comptime] use_mask: bool,
-    #[define(FI, FO)] _types: [StorageType; 2],
+    #[define(FS, FI, FO)] _types: [StorageType; 3],
 ) {
     let bm = comptime!(cfg.bm);
     let bn = comptime!(cfg.bn);
@@ -212,7 +213,7 @@ pub(crate) fn conv2d_tiled_kernel<FI: Float, FO: Float>(
 
     let mut a_next = Array::<f32>::new(comptime!(a_per_k * a_per_m));
     let mut b_next = Array::<f32>::new(b_per_n);
-    a_load::<FI, f32>(
+    a_load::<FS, FI, f32>(
         input,
         &shape,
         &a_origin,
@@ -227,7 +228,7 @@ pub(crate) fn conv2d_tiled_kernel<FI: Float, FO: Float>(
         a_per_m,
         use_mask,
     );
-    b_load::<FI, f32>(
+    b_load::<FS, FI, f32>(
         weight,
         &shape,
         w_group,
@@ -274,7 +275,7 @@ pub(crate) fn conv2d_tiled_kernel<FI: Float, FO: Float>(
         // Issue the global loads of the next step before computing this one.
         if k_tile + 1u32 < num_k_tiles {
             let k0 = (k_tile + 1u32) * bk;
-            a_load::<FI, f32>(
+            a_load::<FS, FI, f32>(
                 input,
                 &shape,
                 &a_origin,
@@ -289,7 +290,7 @@ pub(crate) fn conv2d_tiled_kernel<FI: Float, FO: Float>(
                 a_per_m,
                 use_mask,
             );
-            b_load::<FI, f32>(
+            b_load::<FS, FI, f32>(
                 weight,
                 &shape,
                 w_group,
@@ -352,7 +353,7 @@ pub(crate) fn launch<R: Runtime>(
     bias: (ArrayArg<R>, bool),
     output: ArrayArg<R>,
     problem: &crate::Conv2dProblem,
-    types: [StorageType; 2],
+    types: [StorageType; 3],
 ) -> Result<(), crate::ConvError> {
     let cfg = TiledConfig::for_problem(problem.out_channels_per_group());
     let tiles_m = problem.gemm_m().div_ceil(cfg.bm as usize);

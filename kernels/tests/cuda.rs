@@ -10,7 +10,7 @@ use burn_hetero_kernels::{
 use cubecl::cuda::{CudaDevice, CudaRuntime};
 use cubecl::prelude::*;
 
-use crate::common::{check_grid, large_grid, small_grid, to_bytes_operand};
+use crate::common::{check_cast_in_kernel, check_grid, large_grid, small_grid, to_bytes_operand};
 
 /// The cmma correctness checks, for any runtime whose device supports cmma with `operand`:
 /// the small grid, f32 output and f16 output.
@@ -97,6 +97,27 @@ fn cuda_cmma_bf16() {
         ConvPath::Cmma,
         Some(ConvPath::Cmma),
     );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU; run with --ignored cuda_"]
+fn cuda_cmma_from_f32_buffers() {
+    let client = cuda_client();
+    let cases = all_cases();
+    for operand in [OperandType::F16, OperandType::BF16] {
+        let types = ConvTypes::new(operand).with_storage(OperandType::F32);
+        let result = check_grid(&client, &cases, types, ConvPath::Cmma, Some(ConvPath::Cmma));
+        for kernel in [ConvPathUsed::Cmma, ConvPathUsed::CmmaPatch] {
+            assert!(result.runs_of(kernel) > 0, "{:?}", result.kernels);
+        }
+        check_cast_in_kernel(&client, &cases, types, ConvPath::Cmma);
+        check_cast_in_kernel(
+            &client,
+            &small_grid(),
+            types.with_output(OutputType::F16),
+            ConvPath::Cmma,
+        );
+    }
 }
 
 #[test]

@@ -143,4 +143,26 @@ fn launch_refuses_bad_problems_and_buffers() {
         half,
     );
     assert!(err.to_string().contains("`input`"), "{err}");
+
+    // f16 operands read from f32 buffers need f32-sized buffers; f16 buffers cannot feed
+    // bf16 operands (the buffers hold the operand type or f32).
+    let cast_in_kernel = ConvTypes::new(OperandType::F16).with_storage(OperandType::F32);
+    let mut s = sizes;
+    s[1] = p.weight_len() * 2;
+    let err = launch_error(&client, &p, cast_in_kernel, ConvPath::Tiled, s);
+    assert!(
+        matches!(err, ConvError::BufferTooSmall { .. }) && err.to_string().contains("`weight`"),
+        "{err}"
+    );
+    let err = launch_error(
+        &client,
+        &p,
+        ConvTypes::new(OperandType::BF16).with_storage(OperandType::F16),
+        ConvPath::Tiled,
+        sizes,
+    );
+    assert!(
+        matches!(err, ConvError::Unsupported(_)) && err.to_string().contains("F16 buffers"),
+        "{err}"
+    );
 }

@@ -7,7 +7,7 @@ use burn_hetero_kernels::{
 use cubecl::prelude::*;
 use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
 
-use crate::common::{check_grid, launch_error, small_grid};
+use crate::common::{check_cast_in_kernel, check_grid, launch_error, small_grid};
 
 /// The client of the default wgpu device.
 pub fn client() -> ComputeClient<WgpuRuntime> {
@@ -48,6 +48,20 @@ fn tiled_f16_output_f16() {
         ConvPath::Tiled,
         Some(ConvPath::Tiled),
     );
+}
+
+#[test]
+fn tiled_f16_from_f32_buffers() {
+    let types = ConvTypes::new(OperandType::F16).with_storage(OperandType::F32);
+    let client = client();
+    check_grid(
+        &client,
+        &small_grid(),
+        types,
+        ConvPath::Tiled,
+        Some(ConvPath::Tiled),
+    );
+    check_cast_in_kernel(&client, &small_grid(), types, ConvPath::Tiled);
 }
 
 #[test]

@@ -649,6 +649,8 @@ pub struct Run {
     pub error: f64,
     /// The kernel that ran.
     pub used: ConvPathUsed,
+    /// The output's bytes.
+    pub output: Vec<u8>,
 }
 
 /// Runs `case` (with or without bias) on `client`; `Err` describes a launch error or a NaN.
@@ -669,8 +671,9 @@ pub fn run_case<R: Runtime>(
     let bias = with_bias.then_some(bias.as_slice());
     let reference = reference_conv(p, &input, &weight, bias);
 
-    let input_h = client.create_from_slice(&to_bytes_operand(&input, types.operand));
-    let weight_h = client.create_from_slice(&to_bytes_operand(&weight, types.operand));
+    // Rounded to the operand type here, or f32 for the kernel to round as it loads.
+    let input_h = client.create_from_slice(&to_bytes_operand(&input, types.storage));
+    let weight_h = client.create_from_slice(&to_bytes_operand(&weight, types.storage));
     let bias_h = bias.map(|b| {
         client.create_from_slice(&b.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>())
     });
@@ -688,7 +691,65 @@ pub fn run_case<R: Runtime>(
         .map_err(|e| format!("reading the output failed: {e}"))?;
     let out = from_bytes_output(&bytes, types.output);
     let error = rel_l2(&out, &reference)?;
-    Ok(Run { error, used })
+    Ok(Run {
+        error,
+        used,
+        output: bytes.to_vec(),
+    })
+}
+
+/// Runs every case of `cases` (with and without bias) from buffers of the operand type (rounded
+/// on the host by `half`) and from f32 buffers (rounded in the kernel's loads), and panics
+/// unless the two outputs are the same bits: both round to nearest, ties to even, and the
+/// products then see the same operands.
+pub fn check_cast_in_kernel<R: Runtime>(
+    client: &ComputeClient<R>,
+    cases: &[Case],
+    types: ConvTypes,
+    path: ConvPath,
+) {
+    let host = types.with_storage(types.operand);
+    let kernel = types.with_storage(OperandType::F32);
+    let mut failures = Vec::new();
+    for case in cases {
+        for with_bias in [false, true] {
+            let label = format!("{} ({}, bias: {with_bias})", case.name, case.problem);
+            match (
+                run_case(client, case, with_bias, host, path),
+                run_case(client, case, with_bias, kernel, path),
+            ) {
+                (Ok(a), Ok(b)) => {
+                    if a.used != b.used {
+                        failures.push(format!("{label}: ran {:?} and {:?}", a.used, b.used));
+                    }
+                    let differ = a
+                        .output
+                        .iter()
+                        .zip(&b.output)
+                        .filter(|(x, y)| x != y)
+                        .count();
+                    if differ > 0 || a.output.len() != b.output.len() {
+                        failures.push(format!(
+                            "{label}: {differ} of {} output bytes differ",
+                            a.output.len()
+                        ));
+                    }
+                }
+                (Err(e), _) | (_, Err(e)) => failures.push(format!("{label}: {e}")),
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{types:?} {path:?}: {} failure(s) (replay with BURN_HETERO_TEST_SEED={}):\n{}",
+        failures.len(),
+        suite_seed(),
+        failures.join("\n")
+    );
+    eprintln!(
+        "{types:?} {path:?}: {} cases x 2, the cast in the kernel gives the host cast's bits",
+        cases.len()
+    );
 }
 
 /// Runs every case of `cases` twice (with and without bias) with `types` and `path`; panics
