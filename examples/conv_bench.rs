@@ -7,9 +7,12 @@
 //! ./conv_bench --cudnn torch.md
 //! ```
 //!
-//! Each figure is the median over 15 samples of the mean time of 20 back-to-back launches
-//! (a device sync before and after each sample), after a warm-up that also runs burn-cuda's
-//! autotune; "device µs" is CubeCL's profiler (device timestamps) around the same launches.
+//! Each figure is the median over 15 samples of the mean time of 50 back-to-back launches
+//! (a device sync before and after each sample: its cost is in the figure), after a warm-up
+//! that also runs burn-cuda's autotune; "device µs" is CubeCL's profiler (device timestamps
+//! around the same launches), which is how cuDNN's figure is taken (CUDA events), so the
+//! ratio uses it. `--only TEXT` keeps the shapes whose label contains TEXT, `--no-uploads` leaves
+//! out the second table.
 //! Ours write f32 outputs, burn-cuda and cuDNN f16/bf16 ones. A first line gives the launch
 //! floor (an empty kernel), a second table the two places for the operands' cast (on the host
 //! before a 2-byte upload, or in the kernel after an f32 upload), from host values to output.
@@ -91,7 +94,7 @@ fn shapes() -> Vec<Case> {
 /// Samples per figure.
 const SAMPLES: usize = 15;
 /// Launches per sample.
-const LAUNCHES: usize = 20;
+const LAUNCHES: usize = 50;
 
 /// Median over samples of the mean time of one launch, in microseconds.
 fn time_us(mut launch: impl FnMut(), device: &burn_cuda::CudaDevice) -> f64 {
@@ -186,6 +189,14 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .map(|p| read_cudnn(p))
         .unwrap_or_default();
+    // `--no-uploads`: leave out the table of the two cast places.
+    let with_uploads = !args.iter().any(|a| a == "--no-uploads");
+    // `--only TEXT`: the shapes whose label contains TEXT.
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
     let device = burn_cuda::CudaDevice::default();
     let client = CudaRuntime::client(&device);
 
@@ -206,11 +217,21 @@ fn main() {
     );
 
     println!(
-        "| shape | dtype | GFLOP | ours tiled µs | ours cmma µs (kernel) | cmma device µs | cast in kernel µs | burn-cuda µs | cuDNN µs | ours best TFLOP/s | ours/cuDNN throughput |"
+        "| shape | dtype | GFLOP | ours tiled µs | ours cmma µs (kernel) | cmma device µs | cast in kernel µs | burn-cuda µs | cuDNN µs (device) | ours best TFLOP/s (host clock) | ours cmma TFLOP/s (device) | ours/cuDNN throughput (device) |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut uploads = Vec::new();
     for s in shapes() {
+        let label = format!(
+            "{} {}×{}×{}² → {}, {}×{} s{}",
+            s.label, s.n, s.ci, s.hw, s.co, s.k, s.k, s.stride
+        );
+        if only
+            .as_ref()
+            .is_some_and(|text| !label.contains(text.as_str()))
+        {
+            continue;
+        }
         let problem = Conv2dProblem::new(s.n, s.ci, [s.hw, s.hw], s.co, [s.k, s.k])
             .with_stride([s.stride; 2])
             .with_padding([s.pad; 2]);
@@ -300,18 +321,17 @@ fn main() {
             };
             let best = tiled.min(cmma);
             let key = (s.n, s.ci, s.co, s.hw, s.stride, s.k, name.to_string());
+            // cuDNN's figure is device time (events around back-to-back launches): the
+            // ratio compares it with ours measured the same way.
             let (cudnn_us, ratio) = match cudnn.get(&key) {
-                Some(&us) => (format!("{us:.1}"), format!("{:.2}", us / best)),
+                Some(&us) => (format!("{us:.1}"), format!("{:.2}", us / cmma_device)),
                 None => ("—".into(), "—".into()),
             };
-            let label = format!(
-                "{} {}×{}×{}² → {}, {}×{} s{}",
-                s.label, s.n, s.ci, s.hw, s.co, s.k, s.k, s.stride
-            );
             println!(
-                "| {label} | {name} | {:.3} | {tiled:.1} | {cmma:.1} ({used:?}) | {cmma_device:.1} | {fused:.1} | {burn} | {cudnn_us} | {:.2} | {ratio} |",
+                "| {label} | {name} | {:.3} | {tiled:.1} | {cmma:.1} ({used:?}) | {cmma_device:.1} | {fused:.1} | {burn} | {cudnn_us} | {:.2} | {:.2} | {ratio} |",
                 flops / 1e9,
                 flops / best / 1e6,
+                flops / cmma_device / 1e6,
             );
 
             // From host f32 values to the conv's output, the two places for the cast: on the
@@ -330,6 +350,9 @@ fn main() {
                 conv2d_forward_async(&client, buffers, &problem, types, ConvPath::Auto)
                     .expect("launch");
             };
+            if !with_uploads {
+                continue;
+            }
             let host_cast = time_us(|| upload_and_conv(dtype, types), &device);
             let kernel_cast = time_us(|| upload_and_conv(DType::F32, fused_types), &device);
             uploads.push(format!(
@@ -338,6 +361,9 @@ fn main() {
                 kernel_cast / host_cast,
             ));
         }
+    }
+    if !with_uploads {
+        return;
     }
     println!(
         "\nFrom host f32 values to the output (upload of input and weight through pinned staging, \

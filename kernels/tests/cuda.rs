@@ -103,14 +103,19 @@ fn cuda_cmma_bf16() {
 #[ignore = "needs a CUDA GPU; run with --ignored cuda_"]
 fn cuda_cmma_from_f32_buffers() {
     let client = cuda_client();
-    let cases = all_cases();
     for operand in [OperandType::F16, OperandType::BF16] {
         let types = ConvTypes::new(operand).with_storage(OperandType::F32);
-        let result = check_grid(&client, &cases, types, ConvPath::Cmma, Some(ConvPath::Cmma));
+        check_grid(
+            &client,
+            &small_grid(),
+            types,
+            ConvPath::Cmma,
+            Some(ConvPath::Cmma),
+        );
+        let ran = check_cast_in_kernel(&client, &all_cases(), types, ConvPath::Cmma);
         for kernel in [ConvPathUsed::Cmma, ConvPathUsed::CmmaPatch] {
-            assert!(result.runs_of(kernel) > 0, "{:?}", result.kernels);
+            assert!(ran.runs_of(kernel) > 0, "{:?}", ran.kernels);
         }
-        check_cast_in_kernel(&client, &cases, types, ConvPath::Cmma);
         check_cast_in_kernel(
             &client,
             &small_grid(),
@@ -203,14 +208,20 @@ fn cuda_auto_picks_cmma_for_half() {
 /// Timings (no assertion): per launch, of a few shapes, each path, f16/bf16/f32 operands and
 /// f32 output, after a warm-up: wall time of `conv2d_forward` (with its flush) and of
 /// `conv2d_forward_async`, and device time (CubeCL's profiler) of the async launches.
-/// Run with `--ignored --nocapture cuda_bench`; `BENCH_BIG_ONLY=1` keeps the 256x64x56x56 f16
-/// cmma case alone.
+/// Run with `--ignored --nocapture cuda_bench`; `BENCH_ONLY=text` keeps the f16 cmma runs of
+/// the shapes whose name contains `text` (one kernel to look at under a profiler).
 #[test]
 #[ignore = "needs a CUDA GPU; run with --ignored --nocapture cuda_bench"]
 fn cuda_bench() {
     let client = cuda_client();
-    let only_big = std::env::var("BENCH_BIG_ONLY").is_ok();
+    let only = std::env::var("BENCH_ONLY").ok();
     let shapes = [
+        (
+            "resnet20 16->32 s2 32x16x32x32",
+            Conv2dProblem::new(32, 16, [32, 32], 32, [3, 3])
+                .with_padding([1, 1])
+                .with_stride([2, 2]),
+        ),
         (
             "resnet20 16ch 128x16x32x32",
             Conv2dProblem::new(128, 16, [32, 32], 16, [3, 3]).with_padding([1, 1]),
@@ -232,18 +243,21 @@ fn cuda_bench() {
             Conv2dProblem::new(64, 20, [12, 12], 50, [5, 5]),
         ),
         (
-            "256x64x56x56->64 3x3",
+            "large 256x64x56x56->64 3x3",
             Conv2dProblem::new(256, 64, [56, 56], 64, [3, 3]).with_padding([1, 1]),
         ),
     ];
-    let operands: &[OperandType] = if only_big {
+    let operands: &[OperandType] = if only.is_some() {
         &[OperandType::F16]
     } else {
         &[OperandType::F16, OperandType::BF16, OperandType::F32]
     };
     for &operand in operands {
         for (name, p) in &shapes {
-            if only_big && p.flops() < 10_000_000_000 {
+            if only
+                .as_ref()
+                .is_some_and(|text| !name.contains(text.as_str()))
+            {
                 continue;
             }
             let input =
@@ -261,7 +275,7 @@ fn cuda_bench() {
                 if path == ConvPath::Cmma && !cmma_supported(&client, operand) {
                     continue;
                 }
-                if only_big && path == ConvPath::Tiled {
+                if only.is_some() && path == ConvPath::Tiled {
                     continue;
                 }
                 let types = ConvTypes::new(operand);

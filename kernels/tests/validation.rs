@@ -166,3 +166,29 @@ fn launch_refuses_bad_problems_and_buffers() {
         "{err}"
     );
 }
+
+#[test]
+fn cmma_tilings_are_valid_and_fill_the_device() {
+    use burn_hetero_kernels::CmmaConfig;
+    for n in [1, 16, 17, 20, 32, 33, 50, 64, 1000] {
+        for (batch, side) in [(1, 4), (32, 8), (64, 12), (128, 32), (256, 56)] {
+            let p = Conv2dProblem::new(batch, 16, [side, side], n, [3, 3]).with_padding([1, 1]);
+            for sms in [None, Some(8), Some(132)] {
+                let cfg = CmmaConfig::for_problem(&p, sms);
+                assert!(cfg.is_valid(), "{cfg:?} for {p} on {sms:?}");
+                assert!(
+                    cfg.shared_memory_bytes(0) <= CmmaConfig::largest().shared_memory_bytes(0)
+                        && cfg.units() <= CmmaConfig::largest().units(),
+                    "{cfg:?} needs more than the largest tiling, which cmma_supported checks"
+                );
+            }
+        }
+    }
+    // ResNet20's 16 -> 32 stride-2 layer at batch 32: 64 tiles of 128 rows would leave half of
+    // 132 multiprocessors idle; tiles of 64 rows give 128.
+    let strided = Conv2dProblem::new(32, 16, [32, 32], 32, [3, 3])
+        .with_padding([1, 1])
+        .with_stride([2, 2]);
+    assert_eq!(CmmaConfig::for_problem(&strided, Some(132)).bm(), 64);
+    assert_eq!(CmmaConfig::for_problem(&strided, Some(8)).bm(), 128);
+}

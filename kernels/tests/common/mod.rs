@@ -620,16 +620,22 @@ pub fn from_bytes_output(bytes: &[u8], ty: OutputType) -> Vec<f64> {
     }
 }
 
-/// Relative L2 error of `out` against `reference`; `Err` with the first NaN's index.
-pub fn rel_l2(out: &[f64], reference: &[f64]) -> Result<f64, String> {
-    if let Some(i) = out.iter().position(|v| !v.is_finite()) {
-        return Err(format!(
+/// `Err` with the first non-finite element's index (unwritten poison, or an overflow).
+pub fn check_finite(out: &[f64]) -> Result<(), String> {
+    match out.iter().position(|v| !v.is_finite()) {
+        Some(i) => Err(format!(
             "output[{i}] is {} (unwritten or overflow), {} non-finite of {}",
             out[i],
             out.iter().filter(|v| !v.is_finite()).count(),
             out.len()
-        ));
+        )),
+        None => Ok(()),
     }
+}
+
+/// Relative L2 error of `out` against `reference`; `Err` with the first NaN's index.
+pub fn rel_l2(out: &[f64], reference: &[f64]) -> Result<f64, String> {
+    check_finite(out)?;
     let num: f64 = out
         .iter()
         .zip(reference)
@@ -649,8 +655,6 @@ pub struct Run {
     pub error: f64,
     /// The kernel that ran.
     pub used: ConvPathUsed,
-    /// The output's bytes.
-    pub output: Vec<u8>,
 }
 
 /// Runs `case` (with or without bias) on `client`; `Err` describes a launch error or a NaN.
@@ -661,6 +665,37 @@ pub fn run_case<R: Runtime>(
     types: ConvTypes,
     path: ConvPath,
 ) -> Result<Run, String> {
+    let (operands, used, output) = launch_case(client, case, with_bias, types, path)?;
+    let reference = reference_conv(
+        &case.problem,
+        &operands.input,
+        &operands.weight,
+        operands.bias.as_deref(),
+    );
+    let error = rel_l2(&from_bytes_output(&output, types.output), &reference)?;
+    Ok(Run { error, used })
+}
+
+/// The random operands of one case.
+pub struct Operands {
+    /// The input.
+    pub input: Vec<f32>,
+    /// The weight.
+    pub weight: Vec<f32>,
+    /// The bias, if the run has one.
+    pub bias: Option<Vec<f32>>,
+}
+
+/// Draws the operands of `case` (the same for every run of a suite), launches it on
+/// NaN-poisoned output and reads the output back: the operands, the kernel that ran and the
+/// output's bytes.
+pub fn launch_case<R: Runtime>(
+    client: &ComputeClient<R>,
+    case: &Case,
+    with_bias: bool,
+    types: ConvTypes,
+    path: ConvPath,
+) -> Result<(Operands, ConvPathUsed, Vec<u8>), String> {
     let p = &case.problem;
     let mut rng = case_rng(case.name);
     let mut draw =
@@ -668,13 +703,12 @@ pub fn run_case<R: Runtime>(
     let input = draw(p.input_len());
     let weight = draw(p.weight_len());
     let bias = draw(p.out_channels);
-    let bias = with_bias.then_some(bias.as_slice());
-    let reference = reference_conv(p, &input, &weight, bias);
+    let bias = with_bias.then_some(bias);
 
     // Rounded to the operand type here, or f32 for the kernel to round as it loads.
     let input_h = client.create_from_slice(&to_bytes_operand(&input, types.storage));
     let weight_h = client.create_from_slice(&to_bytes_operand(&weight, types.storage));
-    let bias_h = bias.map(|b| {
+    let bias_h = bias.as_ref().map(|b| {
         client.create_from_slice(&b.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>())
     });
     let output_h = client.create_from_slice(&nan_bytes(p.output_len(), types.output));
@@ -689,49 +723,53 @@ pub fn run_case<R: Runtime>(
     let bytes = client
         .read_one(output_h)
         .map_err(|e| format!("reading the output failed: {e}"))?;
-    let out = from_bytes_output(&bytes, types.output);
-    let error = rel_l2(&out, &reference)?;
-    Ok(Run {
-        error,
-        used,
-        output: bytes.to_vec(),
-    })
+    let operands = Operands {
+        input,
+        weight,
+        bias,
+    };
+    Ok((operands, used, bytes.to_vec()))
 }
 
 /// Runs every case of `cases` (with and without bias) from buffers of the operand type (rounded
 /// on the host by `half`) and from f32 buffers (rounded in the kernel's loads), and panics
 /// unless the two outputs are the same bits: both round to nearest, ties to even, and the
-/// products then see the same operands.
+/// products then see the same operands. Every output is also checked for NaN (each is
+/// poisoned before its launch); the error against the reference is [`check_grid`]'s job.
+/// Returns the kernels that ran.
 pub fn check_cast_in_kernel<R: Runtime>(
     client: &ComputeClient<R>,
     cases: &[Case],
     types: ConvTypes,
     path: ConvPath,
-) {
+) -> GridResult {
     let host = types.with_storage(types.operand);
     let kernel = types.with_storage(OperandType::F32);
     let mut failures = Vec::new();
+    let mut kernels: Vec<(ConvPathUsed, usize)> = Vec::new();
     for case in cases {
         for with_bias in [false, true] {
             let label = format!("{} ({}, bias: {with_bias})", case.name, case.problem);
             match (
-                run_case(client, case, with_bias, host, path),
-                run_case(client, case, with_bias, kernel, path),
+                launch_case(client, case, with_bias, host, path),
+                launch_case(client, case, with_bias, kernel, path),
             ) {
-                (Ok(a), Ok(b)) => {
-                    if a.used != b.used {
-                        failures.push(format!("{label}: ran {:?} and {:?}", a.used, b.used));
+                (Ok((_, used_a, a)), Ok((_, used_b, b))) => {
+                    if used_a != used_b {
+                        failures.push(format!("{label}: ran {used_a:?} and {used_b:?}"));
                     }
-                    let differ = a
-                        .output
-                        .iter()
-                        .zip(&b.output)
-                        .filter(|(x, y)| x != y)
-                        .count();
-                    if differ > 0 || a.output.len() != b.output.len() {
+                    match kernels.iter_mut().find(|(k, _)| *k == used_b) {
+                        Some((_, n)) => *n += 1,
+                        None => kernels.push((used_b, 1)),
+                    }
+                    if let Err(e) = check_finite(&from_bytes_output(&b, types.output)) {
+                        failures.push(format!("{label}: {e}"));
+                    }
+                    let differ = a.iter().zip(&b).filter(|(x, y)| x != y).count();
+                    if differ > 0 || a.len() != b.len() {
                         failures.push(format!(
                             "{label}: {differ} of {} output bytes differ",
-                            a.output.len()
+                            a.len()
                         ));
                     }
                 }
@@ -747,9 +785,10 @@ pub fn check_cast_in_kernel<R: Runtime>(
         failures.join("\n")
     );
     eprintln!(
-        "{types:?} {path:?}: {} cases x 2, the cast in the kernel gives the host cast's bits",
+        "{types:?} {path:?}: {} cases x 2, the cast in the kernel gives the host cast's bits, kernels {kernels:?}",
         cases.len()
     );
+    GridResult { kernels }
 }
 
 /// Runs every case of `cases` twice (with and without bias) with `types` and `path`; panics
