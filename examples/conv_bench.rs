@@ -13,7 +13,7 @@
 //! around the same launches), which is how cuDNN's figure is taken (CUDA events), so the
 //! ratio uses it. `--only TEXT` keeps the shapes whose label contains TEXT, `--no-uploads` leaves
 //! out the second table.
-//! Ours write f32 outputs, burn-cuda and cuDNN f16/bf16 ones. A first line gives the launch
+//! Ours write f32 outputs (and, in one column, f16 ones), burn-cuda and cuDNN f16/bf16 ones. A first line gives the launch
 //! floor (an empty kernel), a second table the two places for the operands' cast (on the host
 //! before a 2-byte upload, or in the kernel after an f32 upload), from host values to output.
 
@@ -25,7 +25,8 @@ use burn_backend::{Backend, DType, FloatDType, Shape};
 use burn_cubecl::kernel::conv::{ConvStrategy, conv_forward};
 use burn_hetero::{Accelerator, CudaAccelerator as B};
 use burn_hetero_kernels::{
-    Conv2dBuffers, Conv2dProblem, ConvPath, ConvTypes, OperandType, conv2d_forward_async,
+    Conv2dBuffers, Conv2dProblem, ConvPath, ConvTypes, OperandType, OutputType,
+    conv2d_forward_async,
 };
 use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::*;
@@ -217,9 +218,9 @@ fn main() {
     );
 
     println!(
-        "| shape | dtype | GFLOP | ours tiled µs | ours cmma µs (kernel) | cmma device µs | cast in kernel µs | burn-cuda µs | cuDNN µs (device) | ours best TFLOP/s (host clock) | ours cmma TFLOP/s (device) | ours/cuDNN throughput (device) |"
+        "| shape | dtype | GFLOP | ours tiled µs | ours cmma µs (kernel) | cmma device µs | cmma f16-out device µs | cast in kernel µs | burn-cuda µs | cuDNN µs (device) | ours best TFLOP/s (host clock) | ours cmma TFLOP/s (device) | ours/cuDNN throughput (device) | same, f16 out |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut uploads = Vec::new();
     for s in shapes() {
         let label = format!(
@@ -284,6 +285,17 @@ fn main() {
             let cmma_device = device_us(&client, || {
                 launch(ConvPath::Auto);
             });
+            // With an f16 output, the bytes cuDNN writes.
+            let out16 = B::float_empty(out_shape.into(), &device, FloatDType::F16);
+            let types16 = types.with_output(OutputType::F16);
+            let half_out = Conv2dBuffers {
+                output: &out16.handle,
+                ..buffers()
+            };
+            let cmma16_device = device_us(&client, || {
+                conv2d_forward_async(&client, half_out, &problem, types16, ConvPath::Auto)
+                    .expect("f16 output");
+            });
             // The same kernel reading the f32 buffers and casting as it loads.
             let from_f32 = Conv2dBuffers {
                 input: &x32.handle,
@@ -323,12 +335,16 @@ fn main() {
             let key = (s.n, s.ci, s.co, s.hw, s.stride, s.k, name.to_string());
             // cuDNN's figure is device time (events around back-to-back launches): the
             // ratio compares it with ours measured the same way.
-            let (cudnn_us, ratio) = match cudnn.get(&key) {
-                Some(&us) => (format!("{us:.1}"), format!("{:.2}", us / cmma_device)),
-                None => ("—".into(), "—".into()),
+            let (cudnn_us, ratio, ratio16) = match cudnn.get(&key) {
+                Some(&us) => (
+                    format!("{us:.1}"),
+                    format!("{:.2}", us / cmma_device),
+                    format!("{:.2}", us / cmma16_device),
+                ),
+                None => ("—".into(), "—".into(), "—".into()),
             };
             println!(
-                "| {label} | {name} | {:.3} | {tiled:.1} | {cmma:.1} ({used:?}) | {cmma_device:.1} | {fused:.1} | {burn} | {cudnn_us} | {:.2} | {:.2} | {ratio} |",
+                "| {label} | {name} | {:.3} | {tiled:.1} | {cmma:.1} ({used:?}) | {cmma_device:.1} | {cmma16_device:.1} | {fused:.1} | {burn} | {cudnn_us} | {:.2} | {:.2} | {ratio} | {ratio16} |",
                 flops / 1e9,
                 flops / best / 1e6,
                 flops / cmma_device / 1e6,
