@@ -2,9 +2,10 @@
 //!
 //! conv2d forward as an implicit GEMM (`M = N*OH*OW` output pixels, `N = OC/groups` output
 //! channels per group, `K = (C/groups)*KH*KW`), with f32, f16 or bf16 operands, sums always in
-//! f32, an optional f32 bias fused in the epilogue, and an f32 or f16 output. Layouts are Burn's:
-//! NCHW input and output, OIHW weight, all contiguous. Stride, padding, dilation and groups are
-//! supported. Two paths ([`ConvPath`]):
+//! f32, an optional f32 bias fused in the epilogue, and an f32 or f16 output. The operands are
+//! read as stored, or from f32 buffers and rounded to f16/bf16 as they are loaded
+//! ([`ConvTypes::with_storage`]). Layouts are Burn's: NCHW input and output, OIHW weight, all
+//! contiguous. Stride, padding, dilation and groups are supported. Two paths ([`ConvPath`]):
 //!
 //! - `Tiled`: a portable kernel (shared-memory tiles, a register tile per unit, f32 arithmetic)
 //!   that runs on every CubeCL runtime, including Vulkan on a CPU driver;

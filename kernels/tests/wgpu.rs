@@ -14,53 +14,40 @@ pub fn client() -> ComputeClient<WgpuRuntime> {
     WgpuRuntime::client(&WgpuDevice::default())
 }
 
-#[test]
-fn tiled_f32() {
-    let types = ConvTypes::new(OperandType::F32);
+/// The small grid on the tiled kernel with `types`.
+fn check_tiled(client: &ComputeClient<WgpuRuntime>, types: ConvTypes) {
     check_grid(
-        &client(),
+        client,
         &small_grid(),
         types,
         ConvPath::Tiled,
         Some(ConvPath::Tiled),
     );
+}
+
+#[test]
+fn tiled_f32() {
+    let types = ConvTypes::new(OperandType::F32);
+    check_tiled(&client(), types);
 }
 
 #[test]
 fn tiled_f16() {
     let types = ConvTypes::new(OperandType::F16);
-    check_grid(
-        &client(),
-        &small_grid(),
-        types,
-        ConvPath::Tiled,
-        Some(ConvPath::Tiled),
-    );
+    check_tiled(&client(), types);
 }
 
 #[test]
 fn tiled_f16_output_f16() {
     let types = ConvTypes::new(OperandType::F16).with_output(OutputType::F16);
-    check_grid(
-        &client(),
-        &small_grid(),
-        types,
-        ConvPath::Tiled,
-        Some(ConvPath::Tiled),
-    );
+    check_tiled(&client(), types);
 }
 
 #[test]
 fn tiled_f16_from_f32_buffers() {
     let types = ConvTypes::new(OperandType::F16).with_storage(OperandType::F32);
     let client = client();
-    check_grid(
-        &client,
-        &small_grid(),
-        types,
-        ConvPath::Tiled,
-        Some(ConvPath::Tiled),
-    );
+    check_tiled(&client, types);
     check_cast_in_kernel(&client, &small_grid(), types, ConvPath::Tiled);
 }
 
@@ -72,13 +59,7 @@ fn tiled_bf16() {
         return;
     }
     let types = ConvTypes::new(OperandType::BF16);
-    check_grid(
-        &client,
-        &small_grid(),
-        types,
-        ConvPath::Tiled,
-        Some(ConvPath::Tiled),
-    );
+    check_tiled(&client, types);
 }
 
 /// Auto keeps to the tiled kernel on wgpu (the cmma kernels are validated on CUDA); the cmma grid
