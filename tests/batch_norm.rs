@@ -138,6 +138,27 @@ fn values<B: burn::tensor::backend::Backend, const D: usize>(t: Tensor<B, D>) ->
         .collect()
 }
 
+/// `values` of `shape` as an `HF` float primitive (the ops' own argument type).
+fn primitive<const D: usize>(
+    values: &[f32],
+    shape: &[usize],
+) -> burn::tensor::ops::FloatTensor<HF> {
+    Tensor::<HF, D>::from_data(
+        TensorData::new(values.to_vec(), shape.to_vec()),
+        &Default::default(),
+    )
+    .into_primitive()
+    .tensor()
+}
+
+/// The f32 values of an `HF` float primitive of rank `D`.
+fn primitive_values<const D: usize>(t: burn::tensor::ops::FloatTensor<HF>) -> Vec<f32> {
+    Tensor::<HF, D>::from_primitive(TensorPrimitive::Float(t))
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap()
+}
+
 /// The module of a case: its `gamma` and `beta`, running statistics from 0 and 1.
 fn module<B: burn::tensor::backend::Backend>(inputs: &Inputs, device: &B::Device) -> BatchNorm<B> {
     let channels = inputs.shape[1];
@@ -405,30 +426,16 @@ fn relu_inference_uses_the_running_statistics() {
 #[test]
 fn backward_leaves_a_held_gradient_alone() {
     let inputs = Inputs::new("bn held", &[4, 6, 8, 8], -0.2, 1.5);
-    let device = Default::default();
     let shape = inputs.shape.clone();
-    let float = |v: &[f32], shape: Vec<usize>| {
-        Tensor::<HF, 4>::from_data(TensorData::new(v.to_vec(), shape), &device)
-            .into_primitive()
-            .tensor()
-    };
-    let channel = |v: &[f32]| {
-        Tensor::<HF, 1>::from_data(TensorData::new(v.to_vec(), [v.len()]), &device)
-            .into_primitive()
-            .tensor()
-    };
+    let float = |v: &[f32], shape: Vec<usize>| primitive::<4>(v, &shape);
+    let channel = |v: &[f32]| primitive::<1>(v, &[v.len()]);
     let forward = HF::batch_norm_train(
         float(&inputs.x, shape.clone()),
         channel(&inputs.gamma),
         channel(&inputs.beta),
         EPSILON,
     );
-    let data = |t| {
-        Tensor::<HF, 1>::from_primitive(TensorPrimitive::Float(t))
-            .into_data()
-            .to_vec::<f32>()
-            .unwrap()
-    };
+    let data = primitive_values::<1>;
     let (mean, var) = (data(forward.mean), data(forward.var));
     let backward = |grad| {
         HF::batch_norm_train_backward(
@@ -443,12 +450,7 @@ fn backward_leaves_a_held_gradient_alone() {
     let held = float(&inputs.dy, shape.clone());
     let shared = backward(held.clone());
     let unique = backward(float(&inputs.dy, shape.clone()));
-    let flat = |t| {
-        Tensor::<HF, 4>::from_primitive(TensorPrimitive::Float(t))
-            .into_data()
-            .to_vec::<f32>()
-            .unwrap()
-    };
+    let flat = primitive_values::<4>;
     assert_eq!(flat(held), inputs.dy, "the held output gradient changed");
     assert_eq!(
         flat(shared.input),
@@ -513,25 +515,12 @@ fn conv_bias_gradient_is_the_channel_sum() {
     for shape in [[3, 5, 7, 9], [64, 20, 8, 8], [2, 50, 1, 1]] {
         let inputs = Inputs::new("conv bias grad", &shape, 0.7, 1.0);
         let (batch, channels, len) = inputs.planes();
-        let device = Default::default();
-        let float = |v: &[f32], shape: Vec<usize>| {
-            Tensor::<HF, 4>::from_data(TensorData::new(v.to_vec(), shape), &device)
-                .into_primitive()
-                .tensor()
-        };
-        let bias =
-            Tensor::<HF, 1>::from_data(TensorData::new(inputs.gamma.clone(), [channels]), &device)
-                .into_primitive()
-                .tensor();
         let grad = HF::conv2d_bias_backward(
-            float(&inputs.x, shape.to_vec()),
-            bias,
-            float(&inputs.dy, shape.to_vec()),
+            primitive::<4>(&inputs.x, &shape),
+            primitive::<1>(&inputs.gamma, &[channels]),
+            primitive::<4>(&inputs.dy, &shape),
         );
-        let got = Tensor::<HF, 1>::from_primitive(TensorPrimitive::Float(grad))
-            .into_data()
-            .to_vec::<f32>()
-            .unwrap();
+        let got = primitive_values::<1>(grad);
         let expected: Vec<f64> = (0..channels)
             .map(|c| {
                 (0..batch)
