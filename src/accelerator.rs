@@ -246,13 +246,8 @@ where
         #[cfg(feature = "cuda")]
         if matches!(dtype, DType::F16 | DType::BF16 | DType::F32) {
             let size = dtype.size();
-            let bytes: &[u8] = bytemuck::cast_slice(src);
             let fill = |dst: &mut [u8], offset: usize| {
-                if dtype == DType::F32 {
-                    crate::offload::copy_bytes(dst, &bytes[offset..offset + dst.len()])
-                } else {
-                    crate::offload::cast_into(&src[offset / size..], dst, dtype)
-                }
+                crate::offload::cast_into(&src[offset / size..], dst, dtype)
             };
             let pinned = pinned_upload::<R>(device, &shape, dtype, src.len() * size, &fill);
             if let Some(result) = pinned {

@@ -399,14 +399,15 @@ pub(crate) fn cast_slice(src: &[f32], shape: Shape, dtype: DType) -> TensorData 
     }
 }
 
-/// Writes the first `dst.len() / 2` values of `src` into `dst` as f16 or bf16 (`dtype`), in
-/// chunks across threads. `dst` must be 2-byte aligned.
+/// Writes the first `dst.len() / dtype.size()` values of `src` into `dst` as f16 or bf16
+/// (`dtype`; or f32, copied as they are), in chunks across threads. `dst` must be 2-byte aligned.
 pub(crate) fn cast_into(src: &[f32], dst: &mut [u8], dtype: DType) {
-    let src = &src[..dst.len() / 2];
+    let src = &src[..dst.len() / dtype.size()];
     match dtype {
         DType::F16 => convert_into(src, bytemuck::cast_slice_mut::<u8, f16>(dst), f32_to_f16),
         DType::BF16 => convert_into(src, bytemuck::cast_slice_mut::<u8, bf16>(dst), f32_to_bf16),
-        _ => unreachable!("uploads are cast to f16 or bf16 only, not {dtype:?}"),
+        DType::F32 => copy_bytes(dst, bytemuck::cast_slice(src)),
+        _ => unreachable!("uploads are cast to f16 or bf16 or copied as f32, not {dtype:?}"),
     }
 }
 

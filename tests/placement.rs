@@ -584,7 +584,8 @@ fn uploads_round_trip<A: burn_hetero::Accelerator>(device: &A::Device, dtypes: &
             }
             let shape = [n];
             // Every upload of the round is held until its end: uploads of the same length
-            // (f16 and bf16) must not share a device buffer while both are alive.
+            // (f16 and bf16; the f32 copy and the plain f32 upload below) must not share a
+            // device buffer while both are alive.
             let mut held = Vec::new();
             for &dtype in dtypes {
                 let expected = TensorData::new(src.clone(), shape).convert_dtype(dtype);
@@ -611,7 +612,7 @@ fn uploads_round_trip<A: burn_hetero::Accelerator>(device: &A::Device, dtypes: &
 
 #[test]
 fn uploads_round_trip_bit_for_bit() {
-    uploads_round_trip::<Accel>(&Default::default(), &[DType::F16, DType::BF16]);
+    uploads_round_trip::<Accel>(&Default::default(), &[DType::F16, DType::BF16, DType::F32]);
 }
 
 #[test]
@@ -619,6 +620,6 @@ fn uploads_round_trip_bit_for_bit() {
 fn cuda_uploads_round_trip_bit_for_bit() {
     uploads_round_trip::<burn_hetero::CudaAccelerator>(
         &Default::default(),
-        &[DType::F16, DType::BF16],
+        &[DType::F16, DType::BF16, DType::F32],
     );
 }
