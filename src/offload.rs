@@ -9,7 +9,7 @@ use crate::profile::{self, ConvSignature};
 use crate::stats::{self, OpCounters, Ran};
 use crate::uploads;
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{Backend, DType, Shape, TensorData, TensorMetadata};
+use burn_backend::{Backend, DType, FloatDType, Shape, TensorData, TensorMetadata};
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -301,7 +301,10 @@ fn upload_operands<C: Backend, A: Accelerator>(
         let tensor = match crate::ops::layout::into_flex::<C>(tensor) {
             Ok(flex) => {
                 let on_device = |t: &FloatTensor<A>| A::float_device(t) == *accel_device;
-                if let Some(uploaded) = uploads::reuse(&flex, key, on_device) {
+                if let Some(uploaded) = uploads::reuse(&flex, key, on_device)
+                    .or_else(|| rounded_on_device::<A>(&flex, key, on_device))
+                {
+                    counters.bytes_reused += (flex.layout().num_elements() * key.0.size()) as u64;
                     operands.push(Operand::Uploaded(uploaded));
                     continue;
                 }
@@ -341,6 +344,24 @@ fn upload_operands<C: Backend, A: Accelerator>(
     }
     counters.upload += start.elapsed();
     Ok(uploaded)
+}
+
+/// A bf16 device copy of `flex` made on the device from its f16 upload, when `key` asks for bf16
+/// and only an f16 upload is remembered: a conv's backward (bf16 by default) reads the input and
+/// weight its forward (f16) uploaded. The values are the forward's f16 values rounded on to
+/// bf16, which can differ from rounding the f32 values to bf16 directly by one bf16 unit in the
+/// last place (where the f16 value is a bf16 tie), and carry the forward's f16 range: the
+/// weight gradient sees the input the forward computed with.
+fn rounded_on_device<A: Accelerator>(
+    flex: &burn_flex::FlexTensor,
+    key: (DType, DType),
+    on_device: impl Fn(&FloatTensor<A>) -> bool,
+) -> Option<FloatTensor<A>> {
+    if key != (DType::BF16, DType::BF16) {
+        return None;
+    }
+    let f16 = uploads::reuse(flex, (DType::F16, DType::F16), on_device)?;
+    Some(A::float_cast(f16, FloatDType::BF16))
 }
 
 /// An operand of an offloaded op.

@@ -40,6 +40,9 @@ pub struct OpCounters {
     pub bytes_up: u64,
     /// Bytes downloaded from the accelerator.
     pub bytes_down: u64,
+    /// Operand bytes the op found on the accelerator already and did not upload: an earlier
+    /// upload of the same CPU buffer (a conv's forward input and weight serve its backward).
+    pub bytes_reused: u64,
     /// Time spent uploading (until the accelerator holds the operands).
     pub upload: Duration,
     /// Time the accelerator spent computing (launch to completion).
@@ -63,6 +66,7 @@ impl OpCounters {
         self.flops += other.flops;
         self.bytes_up += other.bytes_up;
         self.bytes_down += other.bytes_down;
+        self.bytes_reused += other.bytes_reused;
         self.upload += other.upload;
         self.compute += other.compute;
         self.download += other.download;
@@ -118,6 +122,7 @@ impl Stats {
                 flops: c.flops - e.flops,
                 bytes_up: c.bytes_up - e.bytes_up,
                 bytes_down: c.bytes_down - e.bytes_down,
+                bytes_reused: c.bytes_reused - e.bytes_reused,
                 upload: c.upload.saturating_sub(e.upload),
                 compute: c.compute.saturating_sub(e.compute),
                 download: c.download.saturating_sub(e.download),
@@ -136,16 +141,17 @@ impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "| op | ran on | calls | MB up | MB down | upload ms | compute ms | download ms | cpu ms |"
+            "| op | ran on | calls | MB up | MB reused | MB down | upload ms | compute ms | download ms | cpu ms |"
         )?;
-        writeln!(f, "|---|---|---:|---:|---:|---:|---:|---:|---:|")?;
+        writeln!(f, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")?;
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         for (op, ran, c) in self.entries() {
             writeln!(
                 f,
-                "| {op} | {ran} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                "| {op} | {ran} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
                 c.calls,
                 c.bytes_up as f64 / 1e6,
+                c.bytes_reused as f64 / 1e6,
                 c.bytes_down as f64 / 1e6,
                 ms(c.upload),
                 ms(c.compute),

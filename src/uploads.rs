@@ -1,10 +1,13 @@
-//! The last few uploads, reused when the same CPU buffer is uploaded again in the same form.
+//! Uploads, reused when the same CPU buffer is needed on the accelerator again.
 //!
-//! Autodiff's conv backward asks for the input gradient and then the weight gradient with the
-//! same output gradient: two uploads of one buffer (a megabyte at ResNet20's first stage, and
-//! uploads are the largest item of a step's conv time on the H200). An entry remembers a
-//! burn-flex buffer cast to f16/bf16 on its way up by a weak reference, with the view's layout and the upload dtype; the device
-//! copy is reused while the buffer is alive and unchanged.
+//! A conv's backward needs its forward's input (for the weight gradient) and weight (for the
+//! input gradient), and autodiff holds both buffers from the forward to the backward; the
+//! backward's two phases share the output gradient. Uploads are the largest item of a step's
+//! conv time on the H200, and a third of a ResNet step's upload bytes were the forward inputs
+//! going up a second time. An entry remembers a burn-flex buffer cast to f16/bf16 on its way up
+//! by a weak reference, with the view's layout and the upload dtype; the device copy is reused
+//! while the buffer is alive and unchanged, so a step's entries live from a conv's forward to
+//! its backward (device copies of at most [`KEPT_BYTES`] in all).
 //!
 //! Why a weak reference proves "unchanged": burn-flex writes in place only through
 //! `Arc::make_mut`/`Arc::get_mut` on the buffer's `Arc`; with a weak reference outstanding,
@@ -20,9 +23,10 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 
-/// Entries kept: enough for a conv backward's operands, few enough that the device copies held
-/// are a few activations at most.
-const ENTRIES: usize = 4;
+/// Bytes of device copies kept: a training step's conv inputs and weights at their upload
+/// precision (ResNet20 at batch 128: ~50 MB in f16) wait from the forward to the backward; past
+/// this, the oldest entries are forgotten (their uploads happen again when needed).
+const KEPT_BYTES: usize = 1 << 30;
 
 struct Entry {
     buffer: Weak<Bytes>,
@@ -32,6 +36,8 @@ struct Entry {
     /// The device tensor (an accelerator's `FloatTensor`), and the device it is on, compared by
     /// the caller.
     uploaded: Box<dyn Any>,
+    /// Its size on the device.
+    bytes: usize,
 }
 
 thread_local! {
@@ -63,20 +69,22 @@ pub(crate) fn reuse<T: Clone + 'static>(
     })
 }
 
-/// Remembers `uploaded` as the device copy of `tensor` in `dtype`, dropping the oldest entry
-/// beyond [`ENTRIES`].
+/// Remembers `uploaded` as the device copy of `tensor` in `dtype`, dropping the oldest entries
+/// while those kept take more than [`KEPT_BYTES`].
 pub(crate) fn remember<T: 'static>(tensor: &FlexTensor, dtype: (DType, DType), uploaded: T) {
     let entry = Entry {
         buffer: Arc::downgrade(&tensor.data_arc()),
         layout: tensor.layout().clone(),
         dtype,
         uploaded: Box::new(uploaded),
+        bytes: tensor.layout().num_elements() * dtype.0.size(),
     };
     UPLOADS.with(|uploads| {
         let mut uploads = uploads.borrow_mut();
         uploads.push_back(entry);
-        while uploads.len() > ENTRIES {
-            uploads.pop_front();
+        let mut kept: usize = uploads.iter().map(|e| e.bytes).sum();
+        while kept > KEPT_BYTES && uploads.len() > 1 {
+            kept -= uploads.pop_front().map_or(0, |e| e.bytes);
         }
     });
 }

@@ -547,6 +547,114 @@ fn weight_gradient_comes_with_the_input_gradient() {
     assert_eq!(calls(&delta, OpKind::Conv2dWeightGrad), 1, "{delta}");
 }
 
+/// Three convs in a chain on `Autodiff<Hetero<Flex, A>>`, the forward at `forward` and both
+/// gradients at `backward`: each backward reads its forward's uploads of the input (weight
+/// gradient) and the weight (input gradient) from the device, with the uploads of the later
+/// layers in between, and uploads only its output gradient. The gradients follow an f32 run on
+/// burn-flex within `tolerance` (relative L2).
+fn backward_reads_the_forward_uploads<A: burn_hetero::Accelerator>(
+    forward: Precision,
+    backward: Precision,
+    tolerance: f64,
+) {
+    use burn::tensor::module::conv2d;
+    type AF = Autodiff<burn_flex::Flex>;
+    let _guard = settings(HeteroConfig::default());
+    let config = HeteroConfig::cpu_only()
+        .with_placement(OpKind::Conv2dForward, Placement::accelerator(forward))
+        .with_placement(OpKind::Conv2dInputGrad, Placement::accelerator(backward))
+        .with_placement(OpKind::Conv2dWeightGrad, Placement::accelerator(backward))
+        .with_strict(true);
+    burn_hetero::Hetero::<burn_flex::Flex, A>::configure(&burn_flex::FlexDevice, config);
+    let mut rng = rng_for("forward uploads");
+    let (xs, ws) = ([2, 4, 7, 6], [4, 4, 3, 3]);
+    let x = random_vec(&mut rng, xs.iter().product(), -1.0, 1.0);
+    let weights: Vec<Vec<f32>> = (0..3)
+        .map(|_| random_vec(&mut rng, ws.iter().product(), -0.5, 0.5))
+        .collect();
+    let output_grad = random_vec(&mut rng, xs.iter().product(), -1.0, 1.0);
+    // x, dx and each dw, from a backend `B` on the CPU device `dev`.
+    fn run<B: burn::tensor::backend::AutodiffBackend>(
+        dev: &B::Device,
+        (xs, ws): ([usize; 4], [usize; 4]),
+        x: &[f32],
+        weights: &[Vec<f32>],
+        output_grad: &[f32],
+    ) -> Vec<Vec<f32>> {
+        let tensor = |v: &[f32], s: [usize; 4]| {
+            Tensor::<B, 4>::from_data(TensorData::new(v.to_vec(), s), dev).require_grad()
+        };
+        let x = tensor(x, xs);
+        let ws: Vec<_> = weights.iter().map(|w| tensor(w, ws)).collect();
+        let options = ConvOptions::new([1, 1], [1, 1], [1, 1], 1);
+        let mut y = x.clone();
+        for w in &ws {
+            y = conv2d(y, w.clone(), None, options.clone());
+        }
+        let grads = (y * tensor(output_grad, xs).detach()).sum().backward();
+        let v = |t: Tensor<B::InnerBackend, 4>| t.into_data().to_vec::<f32>().unwrap();
+        let mut out = vec![v(x.grad(&grads).unwrap())];
+        out.extend(ws.iter().map(|w| v(w.grad(&grads).unwrap())));
+        out
+    }
+    let operands = (xs, ws);
+    let reference = run::<AF>(&Default::default(), operands, &x, &weights, &output_grad);
+    let mut got = Vec::new();
+    let delta = delta_of(|| {
+        got = run::<Autodiff<burn_hetero::Hetero<burn_flex::Flex, A>>>(
+            &burn_flex::FlexDevice,
+            operands,
+            &x,
+            &weights,
+            &output_grad,
+        );
+    });
+    burn_hetero::Hetero::<burn_flex::Flex, A>::configure(
+        &burn_flex::FlexDevice,
+        HeteroConfig::default(),
+    );
+    for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
+        let r: Vec<f64> = r.iter().map(|&v| v as f64).collect();
+        let err = rel_l2(g, &r);
+        assert!(err <= tolerance, "gradient {i}: relative L2 {err:.2e}");
+    }
+    let (xn, wn) = (xs.iter().product::<usize>(), ws.iter().product::<usize>());
+    let at = |op, p: Precision| delta.get(op, Ran::Accelerator(p));
+    let (fwd, dgrad, wgrad) = (
+        at(OpKind::Conv2dForward, forward),
+        at(OpKind::Conv2dInputGrad, backward),
+        at(OpKind::Conv2dWeightGrad, backward),
+    );
+    let bytes = |n: usize, p: Precision| (n * p.bytes()) as u64;
+    assert_eq!((fwd.calls, dgrad.calls, wgrad.calls), (3, 3, 3), "{delta}");
+    assert_eq!(fwd.bytes_up, 3 * bytes(xn + wn, forward), "{delta}");
+    // Each backward uploads its output gradient (shared by both phases) and nothing else.
+    assert_eq!(dgrad.bytes_up, 3 * bytes(xn, backward), "{delta}");
+    assert_eq!(dgrad.bytes_reused, 3 * bytes(wn, backward), "{delta}");
+    // The weight gradient: the output gradient from the input gradient's upload, the input
+    // from the forward's.
+    assert_eq!(wgrad.bytes_up, 0, "{delta}");
+    assert_eq!(wgrad.bytes_reused, 3 * bytes(2 * xn, backward), "{delta}");
+}
+
+/// At one precision the backward reads the forward's device copies as they are.
+#[test]
+fn backward_reads_the_forward_uploads_at_f16() {
+    backward_reads_the_forward_uploads::<Accel>(Precision::F16, Precision::F16, 5e-3);
+}
+
+/// The forward at f16, the gradients at bf16 (the default placement): the forward's copies are
+/// rounded on to bf16 on the device.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cuda_backward_reads_the_forward_uploads_at_bf16() {
+    backward_reads_the_forward_uploads::<burn_hetero::CudaAccelerator>(
+        Precision::F16,
+        Precision::BF16,
+        2e-2,
+    );
+}
+
 /// Uploads come back bit for bit as the host casts them: f32 values cast to f16/bf16 on their way
 /// up (`accel_upload_cast`) and host data copied as they are (`accel_upload`), at sizes under
 /// one staging chunk, just over one (2 MiB: CUDA's pinned path fills two slots in turn) and over
