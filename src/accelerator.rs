@@ -295,17 +295,20 @@ where
         own_conv2d::<R, F, I, BT>(x, weight, bias, options)
     }
 
-    /// Stride 1, one group: our forward kernel on the output gradient with the weight
-    /// transposed and flipped. Otherwise burn-cubecl's fallback (a transposed conv).
+    /// One group: our forward kernel on the output gradient with the weight transposed and
+    /// flipped; with a stride, on the output gradient spread out by the stride with zeros in
+    /// between (see [`XGradAsForward`]). Otherwise burn-cubecl's fallback (a transposed conv).
     fn accel_conv2d_x_backward(
         x_shape: Shape,
         weight: FloatTensor<Self>,
         output_grad: FloatTensor<Self>,
         options: ConvOptions<2>,
     ) -> Result<FloatTensor<Self>, String> {
-        if let Some(flipped) = x_grad_as_forward(&weight.shape(), &options) {
+        let plan = XGradAsForward::of(&x_shape, &weight.shape(), &output_grad.shape(), &options);
+        if let Some(plan) = plan {
             let weight = Self::float_flip(Self::float_swap_dims(weight, 0, 1), &[2, 3]);
-            let x_grad = own_conv2d::<R, F, I, BT>(output_grad, weight, None, flipped)?;
+            let output_grad = plan.spread::<Self>(output_grad);
+            let x_grad = own_conv2d::<R, F, I, BT>(output_grad, weight, None, plan.options)?;
             if x_grad.shape() != x_shape {
                 return Err(format!(
                     "input gradient of shape {:?}, expected {x_shape:?}",
@@ -423,19 +426,78 @@ fn weight_grad_splits(batch: usize, out_hw: usize) -> usize {
         .unwrap_or(1)
 }
 
-/// The forward conv whose output is the input gradient of a conv with `options` and a weight of
-/// shape `weight` (stride 1, one group): same dilation, padding `dilation * (k - 1) - padding`.
-/// None where that does not apply.
-fn x_grad_as_forward(weight: &Shape, options: &ConvOptions<2>) -> Option<ConvOptions<2>> {
-    if options.groups != 1 || options.stride != [1, 1] {
-        return None;
+/// The input gradient of a conv (one group) as a forward conv of the output gradient with the
+/// weight transposed and flipped: same dilation, stride 1, padding `dilation * (k - 1) -
+/// padding`. With a stride `s`, the output gradient is first spread out: output pixel `o` goes
+/// to `s * o`, zeros in between, and as many zero rows (columns) after the last as the input
+/// had rows (columns) past the last window's reach. That spends `s²` times the multiplies of
+/// the direct transposed conv, on the matrix units.
+#[derive(Debug, Clone, PartialEq)]
+struct XGradAsForward {
+    /// The forward conv's options.
+    options: ConvOptions<2>,
+    /// The stride the output gradient is spread out by.
+    stride: [usize; 2],
+    /// Height and width of the spread output gradient.
+    spread: [usize; 2],
+}
+
+impl XGradAsForward {
+    /// The plan for an input of shape `x`, a weight of shape `weight` and an output gradient of
+    /// shape `output_grad`; None where it does not apply (groups, a padding past the kernel's
+    /// reach, an output gradient of another size than the conv's output).
+    fn of(
+        x: &Shape,
+        weight: &Shape,
+        output_grad: &Shape,
+        options: &ConvOptions<2>,
+    ) -> Option<Self> {
+        if options.groups != 1 {
+            return None;
+        }
+        let (mut padding, mut spread) = ([0; 2], [0; 2]);
+        for i in 0..2 {
+            let reach = options.dilation[i] * (weight[2 + i] - 1);
+            padding[i] = reach.checked_sub(options.padding[i])?;
+            // Output size o = (x + 2p - reach - 1) / s + 1; the input rows the last window
+            // leaves out (< s) are the zero rows after the spread gradient's last.
+            let span = (x[2 + i] + 2 * options.padding[i]).checked_sub(reach + 1)?;
+            let outputs = span / options.stride[i] + 1;
+            if output_grad[2 + i] != outputs {
+                return None;
+            }
+            spread[i] = (outputs - 1) * options.stride[i] + 1 + span % options.stride[i];
+        }
+        Some(XGradAsForward {
+            options: ConvOptions::new([1, 1], padding, options.dilation, 1),
+            stride: options.stride,
+            spread,
+        })
     }
-    let mut padding = [0; 2];
-    for i in 0..2 {
-        let reach = options.dilation[i] * (weight[2 + i] - 1);
-        padding[i] = reach.checked_sub(options.padding[i])?;
+
+    /// The output gradient spread out (itself at stride 1): zeros, then the gradient assigned
+    /// to every `stride`-th row and column.
+    fn spread<B: Backend>(&self, output_grad: FloatTensor<B>) -> FloatTensor<B> {
+        if self.stride == [1, 1] {
+            return output_grad;
+        }
+        let shape = output_grad.shape();
+        let (batch, channels) = (shape[0], shape[1]);
+        let spread = Shape::new([batch, channels, self.spread[0], self.spread[1]]);
+        let device = B::float_device(&output_grad);
+        let zeros = B::float_zeros(spread, &device, output_grad.dtype().into());
+        let every = |i: usize| {
+            let end = (shape[2 + i] - 1) * self.stride[i] + 1;
+            Slice::new(0, Some(end as isize), self.stride[i] as isize)
+        };
+        let slices = [
+            Slice::from(0..batch),
+            Slice::from(0..channels),
+            every(0),
+            every(1),
+        ];
+        B::float_slice_assign(zeros, &slices, output_grad)
     }
-    Some(ConvOptions::new([1, 1], padding, options.dilation, 1))
 }
 
 /// conv2d forward through `burn-hetero-kernels` on the operands' client, into a new f32 tensor.

@@ -212,19 +212,24 @@ impl fmt::Display for Profile {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         writeln!(
             f,
-            "| layer | shape | phase | ran on | calls | upload ms | kernel ms | download ms | cpu ms | total ms |"
+            "| layer | shape | phase | ran on | calls | MB up | MB reused | upload ms | kernel ms | download ms | cpu ms | total ms |"
         )?;
-        writeln!(f, "|---:|---|---|---|---:|---:|---:|---:|---:|---:|")?;
+        writeln!(
+            f,
+            "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        )?;
         for l in &self.layers {
             let c = &l.counters;
             writeln!(
                 f,
-                "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
                 l.layer + 1,
                 l.signature,
                 phase_name(l.op),
                 l.ran,
                 c.calls,
+                c.bytes_up as f64 / 1e6,
+                c.bytes_reused as f64 / 1e6,
                 ms(c.upload),
                 ms(c.compute),
                 ms(c.download),

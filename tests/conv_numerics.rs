@@ -92,6 +92,10 @@ pub const CASES: &[ConvCase] = &[
     ConvCase::new(5, 1, [28, 28], 20, [5, 5], [1, 1], [0, 0], [1, 1], 1, true),
     ConvCase::new(2, 20, [12, 12], 50, [5, 5], [1, 1], [0, 0], [1, 1], 1, true),
     ConvCase::new(1, 2, [3, 3], 2, [3, 3], [1, 1], [0, 0], [1, 1], 1, false),
+    // Strides with dilation, stride 3, and rows past the last window (the input gradient's
+    // spread output gradient ends in zero rows there).
+    ConvCase::new(2, 3, [13, 11], 4, [3, 3], [2, 2], [2, 1], [2, 2], 1, false),
+    ConvCase::new(1, 4, [11, 10], 5, [3, 3], [3, 3], [1, 1], [1, 1], 1, true),
     // Weight gradients long enough to be split over the batch (see the accelerator's
     // `weight_grad_splits`): 2 parts of 2 images, and 2 parts of 6 with stride 2.
     ConvCase::new(4, 5, [17, 16], 6, [3, 3], [1, 1], [1, 1], [1, 1], 1, true),
