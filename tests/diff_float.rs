@@ -1469,11 +1469,17 @@ pub fn flex_layouts_are_identical() {
                     assert_identical(&case, 0, &got, &reference);
                 }
             }
-            // Negation, ReLU and ReLU's backward (the output gradient of a second view), held
-            // elsewhere or not.
+            // Negation, the scalar ops (a scalar that f32 does not hold exactly, as an
+            // optimizer's learning rate), ReLU and ReLU's backward (the output gradient of a
+            // second view), held elsewhere or not.
             fn unary<B: Backend>(op: &str, x: Tensor<B, 4>, g: Tensor<B, 4>) -> Tensor<B, 4> {
+                const S: f64 = 0.1;
                 match op {
                     "neg" => -x,
+                    "add_scalar" => x.add_scalar(S),
+                    "sub_scalar" => x.sub_scalar(S),
+                    "mul_scalar" => x.mul_scalar(S),
+                    "div_scalar" => x.div_scalar(S),
                     "relu" => burn::tensor::activation::relu(x),
                     _ => {
                         let prim = |t: Tensor<B, 4>| t.into_primitive().tensor();
@@ -1485,7 +1491,16 @@ pub fn flex_layouts_are_identical() {
                 }
             }
             let g = random_vec(&mut rng, stored_len(dims, view), -1.0, 1.0);
-            for op in ["neg", "relu", "relu_backward"] {
+            let ops = [
+                "neg",
+                "add_scalar",
+                "sub_scalar",
+                "mul_scalar",
+                "div_scalar",
+                "relu",
+                "relu_backward",
+            ];
+            for op in ops {
                 for held in [false, true] {
                     let case = format!("{op} {dims:?} {view:?} held {held}");
                     let reference =

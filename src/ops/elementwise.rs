@@ -1,4 +1,5 @@
-//! burn-flex's f32 add, sub, mul, div, negation, ReLU and ReLU backward across rayon's threads.
+//! burn-flex's f32 add, sub, mul, div (of two tensors and with a scalar), negation, ReLU and
+//! ReLU backward across rayon's threads.
 //!
 //! burn-flex runs these on one thread (SIMD, no rayon), which on a 16-core machine leaves most
 //! of the CPU idle through a batch norm's forward and backward: dozens of such ops a layer on
@@ -9,7 +10,7 @@
 
 use super::layout::{contiguous, from_flex, into_flex};
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{Backend, DType};
+use burn_backend::{Backend, DType, Scalar};
 use burn_flex::{FlexTensor, Layout};
 use burn_std::{Bytes, Shape};
 use core::mem::MaybeUninit;
@@ -117,6 +118,38 @@ fn unary<C: Backend>(
 /// Negation (`-x`, as burn-flex computes it).
 pub(crate) fn float_neg<C: Backend>(tensor: FloatTensor<C>) -> FloatTensor<C> {
     unary::<C>(contiguous::<C>(tensor), |x| -x).unwrap_or_else(C::float_neg)
+}
+
+/// `op(x, s)` for each element, with the scalar as burn-flex takes it (to f64, then to f32):
+/// an optimizer's updates scale every parameter and gradient this way.
+fn scalar<C: Backend>(
+    tensor: FloatTensor<C>,
+    rhs: Scalar,
+    op: impl Fn(f32, f32) -> f32 + Sync,
+    on_c: impl FnOnce(FloatTensor<C>, Scalar) -> FloatTensor<C>,
+) -> FloatTensor<C> {
+    let s = rhs.elem::<f64>() as f32;
+    unary::<C>(tensor, |x| op(x, s)).unwrap_or_else(|t| on_c(t, rhs))
+}
+
+/// `x + s`.
+pub(crate) fn float_add_scalar<C: Backend>(tensor: FloatTensor<C>, rhs: Scalar) -> FloatTensor<C> {
+    scalar::<C>(tensor, rhs, |x, s| x + s, C::float_add_scalar)
+}
+
+/// `x - s`.
+pub(crate) fn float_sub_scalar<C: Backend>(tensor: FloatTensor<C>, rhs: Scalar) -> FloatTensor<C> {
+    scalar::<C>(tensor, rhs, |x, s| x - s, C::float_sub_scalar)
+}
+
+/// `x * s`.
+pub(crate) fn float_mul_scalar<C: Backend>(tensor: FloatTensor<C>, rhs: Scalar) -> FloatTensor<C> {
+    scalar::<C>(tensor, rhs, |x, s| x * s, C::float_mul_scalar)
+}
+
+/// `x / s`.
+pub(crate) fn float_div_scalar<C: Backend>(tensor: FloatTensor<C>, rhs: Scalar) -> FloatTensor<C> {
+    scalar::<C>(tensor, rhs, |x, s| x / s, C::float_div_scalar)
 }
 
 /// ReLU (`x.max(0.0)`, as burn-flex computes it: NaN becomes 0).
@@ -265,7 +298,7 @@ fn run(
 
 /// A vector of `n` values, every one written by `fill` (no zeroing pass first: the output of a
 /// memory-bound op would otherwise be written twice).
-pub(crate) fn filled(n: usize, fill: impl FnOnce(&mut [MaybeUninit<f32>])) -> Vec<f32> {
+pub(crate) fn filled<T>(n: usize, fill: impl FnOnce(&mut [MaybeUninit<T>])) -> Vec<T> {
     let mut out = Vec::with_capacity(n);
     let slots = &mut out.spare_capacity_mut()[..n];
     fill(slots);

@@ -124,7 +124,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         let _timer = crate::profile::CpuOpTimer::start_with("float_add_scalar", || {
             vec![describe_operand(&lhs)]
         });
-        <C as FloatTensorOps<C>>::float_add_scalar(lhs, rhs)
+        elementwise::float_add_scalar::<C>(lhs, rhs)
     }
     fn float_clamp_min(tensor: FloatTensor<Self>, min: Scalar) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
@@ -164,7 +164,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         let _timer = crate::profile::CpuOpTimer::start_with("float_sub_scalar", || {
             vec![describe_operand(&lhs)]
         });
-        <C as FloatTensorOps<C>>::float_sub_scalar(lhs, rhs)
+        elementwise::float_sub_scalar::<C>(lhs, rhs)
     }
     fn float_mul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
@@ -180,7 +180,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         let _timer = crate::profile::CpuOpTimer::start_with("float_mul_scalar", || {
             vec![describe_operand(&lhs)]
         });
-        <C as FloatTensorOps<C>>::float_mul_scalar(lhs, rhs)
+        elementwise::float_mul_scalar::<C>(lhs, rhs)
     }
     fn float_div(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]
@@ -196,7 +196,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         let _timer = crate::profile::CpuOpTimer::start_with("float_div_scalar", || {
             vec![describe_operand(&lhs)]
         });
-        <C as FloatTensorOps<C>>::float_div_scalar(lhs, rhs)
+        elementwise::float_div_scalar::<C>(lhs, rhs)
     }
     fn float_remainder(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "trace-ops")]

@@ -12,12 +12,14 @@
 //! and index -1 for a window with no valid tap; the backward adds each output's gradient at its
 //! index in output order, as burn-flex does.
 
+use super::elementwise::filled;
 use super::layout::{flex_into_primitive, primitive_into_flex};
 use burn_backend::ops::{MaxPool2dBackward, MaxPool2dWithIndices};
 use burn_backend::tensor::{FloatTensor, IntTensor};
 use burn_backend::{Backend, DType};
 use burn_flex::{FlexTensor, Layout};
 use burn_std::{Bytes, Shape};
+use core::mem::MaybeUninit;
 use rayon::prelude::*;
 
 /// Output values per rayon task at least.
@@ -166,10 +168,10 @@ fn pool(
         geometry.cols.input,
     );
     let n = geometry.planes * plane_out;
-    let mut out = vec![0f32; n];
-    let mut indices = vec![0i64; if with_indices { n } else { 0 }];
     let index_chunk = if with_indices { plane_out } else { 0 };
-    let pool_plane = |plane: &[f32], out: &mut [f32], mut index: Option<&mut [i64]>| {
+    let pool_plane = |plane: &[f32],
+                      out: &mut [MaybeUninit<f32>],
+                      mut index: Option<&mut [MaybeUninit<i64>]>| {
         for (oh, &(r0, r1)) in row_ranges.iter().enumerate() {
             for (ow, &(c0, c1)) in col_ranges.iter().enumerate() {
                 let (rows, cols) = (&row_taps[r0..r1], &col_taps[c0..c1]);
@@ -189,29 +191,43 @@ fn pool(
                     }
                 }
                 let o = oh * geometry.cols.output + ow;
-                out[o] = best;
+                out[o].write(best);
                 if let Some(index) = index.as_deref_mut() {
-                    index[o] = at;
+                    index[o].write(at);
                 }
             }
         }
     };
-    if with_indices {
-        out.par_chunks_mut(plane_out.max(1))
-            .zip(indices.par_chunks_mut(index_chunk.max(1)))
-            .zip(xs.par_chunks(plane_in.max(1)))
-            .with_min_len(geometry.min_planes())
-            .for_each(|((o, i), p)| pool_plane(p, o, Some(i)));
-    } else {
-        out.par_chunks_mut(plane_out.max(1))
-            .zip(xs.par_chunks(plane_in.max(1)))
-            .with_min_len(geometry.min_planes())
-            .for_each(|(o, p)| pool_plane(p, o, None));
-    }
+    // Both outputs are written plane by plane across the threads, every element once (no
+    // zeroing pass on one thread first).
+    let mut indices = Vec::new();
+    let out = filled(n, |out| {
+        if with_indices {
+            indices = filled(n, |indices| {
+                out.par_chunks_mut(plane_out.max(1))
+                    .zip(indices.par_chunks_mut(index_chunk.max(1)))
+                    .zip(xs.par_chunks(plane_in.max(1)))
+                    .with_min_len(geometry.min_planes())
+                    .for_each(|((o, i), p)| pool_plane(p, o, Some(i)));
+            });
+        } else {
+            out.par_chunks_mut(plane_out.max(1))
+                .zip(xs.par_chunks(plane_in.max(1)))
+                .with_min_len(geometry.min_planes())
+                .for_each(|(o, p)| pool_plane(p, o, None));
+        }
+    });
     let dims = x.layout().shape().as_slice();
     let shape = vec![dims[0], dims[1], geometry.rows.output, geometry.cols.output];
     let indices = with_indices.then(|| dense(indices, shape.clone(), DType::I64));
     Some((dense(out, shape, DType::F32), indices))
+}
+
+/// `slots` with every value set to zero, as initialised values.
+fn zeroed(slots: &mut [MaybeUninit<f32>]) -> &mut [f32] {
+    slots.fill(MaybeUninit::new(0.0));
+    // SAFETY: every slot was written just above, and `MaybeUninit<f32>` has `f32`'s layout.
+    unsafe { &mut *(slots as *mut [MaybeUninit<f32>] as *mut [f32]) }
 }
 
 /// Pooling parameters as Burn passes them: kernel, stride, padding, dilation, ceil mode.
@@ -312,20 +328,28 @@ pub(crate) fn max_pool2d_with_indices_backward<C: Backend>(
         return fallback(x, flex_into_primitive(grad), flex_into_primitive(index));
     }
     let planes = dims[0] * dims[1];
-    let mut out = vec![0f32; planes * plane_in];
-    out.par_chunks_mut(plane_in.max(1))
-        .zip(
-            dy.par_chunks(plane_out.max(1))
-                .zip(at.par_chunks(plane_out.max(1))),
-        )
-        .with_min_len((MIN_TASK / plane_in.max(1)).max(1))
-        .for_each(|(o, (g, i))| {
-            for (&g, &i) in g.iter().zip(i) {
-                if i >= 0 {
-                    o[i as usize] += g;
-                }
-            }
-        });
+    // Each plane is zeroed by the task that adds into it (a zeroed allocation would be
+    // cleared on one thread first); with no outputs, no task runs and nothing is added.
+    let out = if plane_out == 0 {
+        vec![0f32; planes * plane_in]
+    } else {
+        filled(planes * plane_in, |out| {
+            out.par_chunks_mut(plane_in.max(1))
+                .zip(
+                    dy.par_chunks(plane_out.max(1))
+                        .zip(at.par_chunks(plane_out.max(1))),
+                )
+                .with_min_len((MIN_TASK / plane_in.max(1)).max(1))
+                .for_each(|(o, (g, i))| {
+                    let o = zeroed(o);
+                    for (&g, &i) in g.iter().zip(i) {
+                        if i >= 0 {
+                            o[i as usize] += g;
+                        }
+                    }
+                });
+        })
+    };
     MaxPool2dBackward {
         x_grad: flex_into_primitive(dense(out, dims, DType::F32)),
     }
