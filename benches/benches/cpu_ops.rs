@@ -175,3 +175,54 @@ fn strided_slice_assign<B: Backend>(bencher: Bencher) {
     let slices = [all, all, every_other, every_other];
     bencher.bench_local(|| zeros.clone().slice_assign(slices.as_slice(), grad.clone()));
 }
+
+/// An optimizer's scaling of a parameter or gradient held elsewhere (SGD: `lr * grad`), on the
+/// MNIST net's largest weight.
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn mul_scalar<B: Backend>(bencher: Bencher) {
+    let w = random::<B, 2>([800, 500]);
+    bencher.bench_local(|| w.clone().mul_scalar(0.01));
+}
+
+/// The MNIST net's first 2x2 max pooling (`[64, 20, 24, 24]`), forward with indices and
+/// backward.
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn max_pool2d_with_indices<B: Backend>(bencher: Bencher) {
+    let x = random::<B, 4>([64, 20, 24, 24]);
+    bencher.bench_local(|| {
+        burn::tensor::module::max_pool2d_with_indices(
+            x.clone(),
+            [2, 2],
+            [2, 2],
+            [0, 0],
+            [1, 1],
+            false,
+        )
+    });
+}
+
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn max_pool2d_backward<B: Backend>(bencher: Bencher) {
+    let x = random::<B, 4>([64, 20, 24, 24]);
+    let (y, indices) = burn::tensor::module::max_pool2d_with_indices(
+        x.clone(),
+        [2, 2],
+        [2, 2],
+        [0, 0],
+        [1, 1],
+        false,
+    );
+    let grad = random::<B, 4>(y.dims());
+    bencher.bench_local(|| {
+        B::max_pool2d_with_indices_backward(
+            primitive(&x),
+            [2, 2],
+            [2, 2],
+            [0, 0],
+            [1, 1],
+            false,
+            primitive(&grad),
+            indices.clone().into_primitive(),
+        )
+    });
+}
