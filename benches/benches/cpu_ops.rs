@@ -1,7 +1,8 @@
 //! The CPU ops of a ResNet20 training step on burn-ndarray, burn-flex and `Hetero<Flex, _>`,
 //! which replaces several of burn-flex's with threaded or fused passes (`src/ops/`). Shapes are
-//! the first stage's at batch 32 (`[32, 16, 32, 32]`); every op gets operands held elsewhere too,
-//! as in a training step, so none runs in place.
+//! the first stage's at batch 32 (`[32, 16, 32, 32]`), and the MNIST net's for the scalar scale
+//! and the pooling; every op gets operands held elsewhere too, as in a training step, so none
+//! runs in place.
 //!
 //! `cargo bench -p burn-hetero-benches --bench cpu_ops`
 
@@ -184,40 +185,41 @@ fn mul_scalar<B: Backend>(bencher: Bencher) {
     bencher.bench_local(|| w.clone().mul_scalar(0.01));
 }
 
-/// The MNIST net's first 2x2 max pooling (`[64, 20, 24, 24]`), forward with indices and
-/// backward.
-#[divan::bench(types = [NdArray, Flex, Hetero])]
-fn max_pool2d_with_indices<B: Backend>(bencher: Bencher) {
-    let x = random::<B, 4>([64, 20, 24, 24]);
-    bencher.bench_local(|| {
-        burn::tensor::module::max_pool2d_with_indices(
-            x.clone(),
-            [2, 2],
-            [2, 2],
-            [0, 0],
-            [1, 1],
-            false,
-        )
-    });
-}
+/// The MNIST net's first max pooling: 2x2 windows, stride 2, over `[64, 20, 24, 24]`.
+const POOL_INPUT: [usize; 4] = [64, 20, 24, 24];
+const POOL_WINDOW: [usize; 2] = [2, 2];
 
-#[divan::bench(types = [NdArray, Flex, Hetero])]
-fn max_pool2d_backward<B: Backend>(bencher: Bencher) {
-    let x = random::<B, 4>([64, 20, 24, 24]);
-    let (y, indices) = burn::tensor::module::max_pool2d_with_indices(
-        x.clone(),
-        [2, 2],
-        [2, 2],
+/// That pooling with its indices, as training runs it.
+fn pool_with_indices<B: Backend>(
+    x: Tensor<B, 4>,
+) -> (Tensor<B, 4>, Tensor<B, 4, burn::tensor::Int>) {
+    burn::tensor::module::max_pool2d_with_indices(
+        x,
+        POOL_WINDOW,
+        POOL_WINDOW,
         [0, 0],
         [1, 1],
         false,
-    );
+    )
+}
+
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn max_pool2d_with_indices<B: Backend>(bencher: Bencher) {
+    let x = random::<B, 4>(POOL_INPUT);
+    bencher.bench_local(|| pool_with_indices(x.clone()));
+}
+
+/// Its backward.
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn max_pool2d_backward<B: Backend>(bencher: Bencher) {
+    let x = random::<B, 4>(POOL_INPUT);
+    let (y, indices) = pool_with_indices(x.clone());
     let grad = random::<B, 4>(y.dims());
     bencher.bench_local(|| {
         B::max_pool2d_with_indices_backward(
             primitive(&x),
-            [2, 2],
-            [2, 2],
+            POOL_WINDOW,
+            POOL_WINDOW,
             [0, 0],
             [1, 1],
             false,
