@@ -301,11 +301,15 @@ fn upload_operands<C: Backend, A: Accelerator>(
         let tensor = match crate::ops::layout::into_flex::<C>(tensor) {
             Ok(flex) => {
                 let on_device = |t: &FloatTensor<A>| A::float_device(t) == *accel_device;
-                if let Some(uploaded) = uploads::reuse(&flex, key, on_device)
-                    .or_else(|| rounded_on_device::<A>(&flex, key, on_device))
-                {
-                    counters.bytes_reused += (flex.layout().num_elements() * key.0.size()) as u64;
+                let reused = (flex.layout().num_elements() * key.0.size()) as u64;
+                if let Some(uploaded) = uploads::reuse(&flex, key, on_device) {
+                    counters.bytes_reused += reused;
                     operands.push(Operand::Uploaded(uploaded));
+                    continue;
+                }
+                if let Some(f16) = f16_copy_for_bf16::<A>(&flex, key, on_device) {
+                    counters.bytes_reused += reused;
+                    operands.push(Operand::ToRound(f16));
                     continue;
                 }
                 match flex_operand(&flex, precision.dtype(), upload_dtype) {
@@ -327,32 +331,47 @@ fn upload_operands<C: Backend, A: Accelerator>(
 
     let start = Instant::now();
     let mut uploaded = Vec::with_capacity(operands.len());
-    for operand in operands {
+    let mut to_round = Vec::new();
+    for (i, operand) in operands.into_iter().enumerate() {
         match operand {
-            Operand::Uploaded(tensor) => uploaded.push(tensor),
+            Operand::Uploaded(tensor) => uploaded.push(Some(tensor)),
+            Operand::ToRound(f16) => {
+                to_round.push((i, f16));
+                uploaded.push(None);
+            }
             Operand::Host(data) => {
                 counters.bytes_up += data.bytes.len() as u64;
-                uploaded.push(A::accel_upload(data, accel_device)?);
+                uploaded.push(Some(A::accel_upload(data, accel_device)?));
             }
             Operand::Flex(flex, dense) => {
                 counters.bytes_up += (dense.layout().num_elements() * upload_dtype.size()) as u64;
                 let tensor = upload_flex::<A>(&dense, upload_dtype, accel_device)?;
                 uploads::remember(&flex, key, tensor.clone());
-                uploaded.push(tensor);
+                uploaded.push(Some(tensor));
             }
         }
     }
+    // The device-side roundings are queued after the host copies. The op's start flushed the
+    // device thread's queue (`wake`), and a task queued after a flush waits, spinning, until
+    // that thread, maybe asleep in 150 µs steps, takes the next batch: queued first, they
+    // would hold up the copies by that wake-up; queued after, the thread has woken meanwhile.
+    for (i, f16) in to_round {
+        uploaded[i] = Some(A::float_cast(f16, FloatDType::BF16));
+    }
     counters.upload += start.elapsed();
-    Ok(uploaded)
+    uploaded
+        .into_iter()
+        .map(|t| t.ok_or_else(|| "an operand was not placed on the accelerator".to_string()))
+        .collect()
 }
 
-/// A bf16 device copy of `flex` made on the device from its f16 upload, when `key` asks for bf16
+/// The f16 upload of `flex`, to be rounded on to bf16 on the device, when `key` asks for bf16
 /// and only an f16 upload is remembered: a conv's backward (bf16 by default) reads the input and
-/// weight its forward (f16) uploaded. The values are the forward's f16 values rounded on to
+/// weight its forward (f16) uploaded. The values are then the forward's f16 values rounded on to
 /// bf16, which can differ from rounding the f32 values to bf16 directly by one bf16 unit in the
 /// last place (where the f16 value is a bf16 tie), and carry the forward's f16 range: the
 /// weight gradient sees the input the forward computed with.
-fn rounded_on_device<A: Accelerator>(
+fn f16_copy_for_bf16<A: Accelerator>(
     flex: &burn_flex::FlexTensor,
     key: (DType, DType),
     on_device: impl Fn(&FloatTensor<A>) -> bool,
@@ -360,8 +379,7 @@ fn rounded_on_device<A: Accelerator>(
     if key != (DType::BF16, DType::BF16) {
         return None;
     }
-    let f16 = uploads::reuse(flex, (DType::F16, DType::F16), on_device)?;
-    Some(A::float_cast(f16, FloatDType::BF16))
+    uploads::reuse(flex, (DType::F16, DType::F16), on_device)
 }
 
 /// An operand of an offloaded op.
@@ -370,6 +388,8 @@ fn rounded_on_device<A: Accelerator>(
 enum Operand<A: Backend> {
     /// On the device already: an earlier upload of the same buffer (see [`uploads`]).
     Uploaded(FloatTensor<A>),
+    /// On the device as f16, to be rounded to bf16 there (see [`f16_copy_for_bf16`]).
+    ToRound(FloatTensor<A>),
     /// Host data in the upload dtype.
     Host(TensorData),
     /// A burn-flex f32 tensor to upload as the upload dtype: the tensor (remembered by
