@@ -62,7 +62,9 @@ fn enabled() -> bool {
 }
 
 /// Makes the runner thread of `device` run its queue now and stay awake for a while. Cheap
-/// (an atomic add and a few no-op tasks); does not wait.
+/// (an atomic add and a few no-op tasks); does not wait. The no-ops fill the queue's buffer, so
+/// the next task anyone queues waits, spinning, until the thread takes that batch: queue device
+/// work after the op's host-side work where the order is free (see `offload`).
 pub(crate) fn wake(device: DeviceId) {
     if !enabled() || DeviceHandle::<Waker>::is_blocking() {
         return;
