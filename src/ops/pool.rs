@@ -167,6 +167,11 @@ fn pool(
         geometry.plane_out(),
         geometry.cols.input,
     );
+    // An empty input plane gives no chunks to pair the output planes with, which would leave
+    // them unwritten: burn-flex pools it.
+    if plane_in == 0 {
+        return None;
+    }
     let n = geometry.planes * plane_out;
     let index_chunk = if with_indices { plane_out } else { 0 };
     let pool_plane = |plane: &[f32],
