@@ -10,11 +10,10 @@ use burn::module::Param;
 use burn::nn::{BatchNorm, BatchNormConfig};
 use burn::tensor::activation::relu;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{Tensor, TensorData};
 use burn_hetero::norm::{BatchNormBackend, batch_norm, batch_norm_relu};
 
-type F = burn_flex::Flex;
-type HF = burn_hetero::Hetero<F, Accel>;
+type HF = HeteroFlex;
 
 const EPSILON: f64 = 1e-5;
 const MOMENTUM: f64 = 0.1;
@@ -136,27 +135,6 @@ fn values<B: burn::tensor::backend::Backend, const D: usize>(t: Tensor<B, D>) ->
         .iter()
         .map(|&v| v as f64)
         .collect()
-}
-
-/// `values` of `shape` as an `HF` float primitive (the ops' own argument type).
-fn primitive<const D: usize>(
-    values: &[f32],
-    shape: &[usize],
-) -> burn::tensor::ops::FloatTensor<HF> {
-    Tensor::<HF, D>::from_data(
-        TensorData::new(values.to_vec(), shape.to_vec()),
-        &Default::default(),
-    )
-    .into_primitive()
-    .tensor()
-}
-
-/// The f32 values of an `HF` float primitive of rank `D`.
-fn primitive_values<const D: usize>(t: burn::tensor::ops::FloatTensor<HF>) -> Vec<f32> {
-    Tensor::<HF, D>::from_primitive(TensorPrimitive::Float(t))
-        .into_data()
-        .to_vec::<f32>()
-        .unwrap()
 }
 
 /// The module of a case: its `gamma` and `beta`, running statistics from 0 and 1.
@@ -427,15 +405,15 @@ fn relu_inference_uses_the_running_statistics() {
 fn backward_leaves_a_held_gradient_alone() {
     let inputs = Inputs::new("bn held", &[4, 6, 8, 8], -0.2, 1.5);
     let shape = inputs.shape.clone();
-    let float = |v: &[f32], shape: Vec<usize>| primitive::<4>(v, &shape);
-    let channel = |v: &[f32]| primitive::<1>(v, &[v.len()]);
+    let float = |v: &[f32], shape: Vec<usize>| flex_primitive::<4>(v, &shape);
+    let channel = |v: &[f32]| flex_primitive::<1>(v, &[v.len()]);
     let forward = HF::batch_norm_train(
         float(&inputs.x, shape.clone()),
         channel(&inputs.gamma),
         channel(&inputs.beta),
         EPSILON,
     );
-    let data = primitive_values::<1>;
+    let data = flex_primitive_values::<1>;
     let (mean, var) = (data(forward.mean), data(forward.var));
     let backward = |grad| {
         HF::batch_norm_train_backward(
@@ -450,7 +428,7 @@ fn backward_leaves_a_held_gradient_alone() {
     let held = float(&inputs.dy, shape.clone());
     let shared = backward(held.clone());
     let unique = backward(float(&inputs.dy, shape.clone()));
-    let flat = primitive_values::<4>;
+    let flat = flex_primitive_values::<4>;
     assert_eq!(flat(held), inputs.dy, "the held output gradient changed");
     assert_eq!(
         flat(shared.input),
@@ -516,11 +494,11 @@ fn conv_bias_gradient_is_the_channel_sum() {
         let inputs = Inputs::new("conv bias grad", &shape, 0.7, 1.0);
         let (batch, channels, len) = inputs.planes();
         let grad = HF::conv2d_bias_backward(
-            primitive::<4>(&inputs.x, &shape),
-            primitive::<1>(&inputs.gamma, &[channels]),
-            primitive::<4>(&inputs.dy, &shape),
+            flex_primitive::<4>(&inputs.x, &shape),
+            flex_primitive::<1>(&inputs.gamma, &[channels]),
+            flex_primitive::<4>(&inputs.dy, &shape),
         );
-        let got = primitive_values::<1>(grad);
+        let got = flex_primitive_values::<1>(grad);
         let expected: Vec<f64> = (0..channels)
             .map(|c| {
                 (0..batch)

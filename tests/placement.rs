@@ -390,8 +390,7 @@ fn linear_layers_follow_the_matmul_placement() {
     }
 }
 
-/// `Hetero<Flex, _>`, for the tests of what it does with burn-flex buffers.
-type HF = burn_hetero::Hetero<burn_flex::Flex, Accel>;
+type HF = HeteroFlex;
 
 /// Settings for a test of [`HF`]: every conv phase on the accelerator at f16, strictly; `HF` back
 /// to the default when dropped.
@@ -417,17 +416,7 @@ impl Drop for FlexConvsAtF16 {
 
 /// A float primitive of `HF` holding `values`.
 fn flex_tensor(values: Vec<f32>, shape: [usize; 4]) -> burn::tensor::ops::FloatTensor<HF> {
-    Tensor::<HF, 4>::from_data(TensorData::new(values, shape), &burn_flex::FlexDevice)
-        .into_primitive()
-        .tensor()
-}
-
-/// The values of a float primitive of `HF`.
-fn flex_values(t: burn::tensor::ops::FloatTensor<HF>) -> Vec<f32> {
-    Tensor::<HF, 4>::from_primitive(burn::tensor::TensorPrimitive::Float(t))
-        .into_data()
-        .to_vec::<f32>()
-        .unwrap()
+    flex_primitive::<4>(&values, &shape)
 }
 
 /// A conv backward uploads its output gradient once (f16, cast from burn-flex's storage): the weight gradient reuses the input
@@ -444,7 +433,7 @@ fn output_gradient_is_uploaded_once_per_backward() {
     let w = float(random_vec(&mut rng, 108, -1.0, 1.0), ws);
     let grad = float(random_vec(&mut rng, 288, -1.0, 1.0), gs);
     let options = ConvOptions::new([1, 1], [1, 1], [1, 1], 1);
-    let values = flex_values;
+    let values = flex_primitive_values::<4>;
     let up = |delta: &Stats, op| delta.get(op, Ran::Accelerator(Precision::F16)).bytes_up;
     let mut weight_grad = None;
     let delta = delta_of(|| {
@@ -505,7 +494,7 @@ fn weight_gradient_comes_with_the_input_gradient() {
     let (xs, ws, gs) = ([2, 3, 7, 6], [4, 3, 3, 3], [2, 4, 7, 6]);
     let (x, w, grad, other_grad) = (float(xs), float(ws), float(gs), float(gs));
     let options = ConvOptions::new([1, 1], [1, 1], [1, 1], 1);
-    let values = flex_values;
+    let values = flex_primitive_values::<4>;
     let calls = |delta: &Stats, op| delta.get(op, Ran::Accelerator(Precision::F16)).calls;
     type T = burn::tensor::ops::FloatTensor<HF>;
     let x_grad = |g: &T| HF::conv2d_x_backward(x.clone(), w.clone(), g.clone(), options.clone());

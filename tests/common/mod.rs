@@ -210,3 +210,29 @@ pub fn assert_covered(prefixes: &[&str]) {
         missing.len()
     );
 }
+
+/// `Hetero<Flex, _>`, for the tests of what it does with burn-flex buffers.
+pub type HeteroFlex = burn_hetero::Hetero<burn_flex::Flex, Accel>;
+
+/// `values` of `shape` as a [`HeteroFlex`] float primitive (the ops' own argument type).
+pub fn flex_primitive<const D: usize>(
+    values: &[f32],
+    shape: &[usize],
+) -> burn::tensor::ops::FloatTensor<HeteroFlex> {
+    burn::tensor::Tensor::<HeteroFlex, D>::from_data(
+        burn::tensor::TensorData::new(values.to_vec(), shape.to_vec()),
+        &Default::default(),
+    )
+    .into_primitive()
+    .tensor()
+}
+
+/// The f32 values of a [`HeteroFlex`] float primitive of rank `D`.
+pub fn flex_primitive_values<const D: usize>(
+    t: burn::tensor::ops::FloatTensor<HeteroFlex>,
+) -> Vec<f32> {
+    burn::tensor::Tensor::<HeteroFlex, D>::from_primitive(burn::tensor::TensorPrimitive::Float(t))
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap()
+}

@@ -746,7 +746,7 @@ pub fn check_cast_in_kernel<R: Runtime>(
     let host = types.with_storage(types.operand);
     let kernel = types.with_storage(OperandType::F32);
     let mut failures = Vec::new();
-    let mut kernels: Vec<(ConvPathUsed, usize)> = Vec::new();
+    let mut ran = GridResult::default();
     for case in cases {
         for with_bias in [false, true] {
             let label = format!("{} ({}, bias: {with_bias})", case.name, case.problem);
@@ -758,10 +758,7 @@ pub fn check_cast_in_kernel<R: Runtime>(
                     if used_a != used_b {
                         failures.push(format!("{label}: ran {used_a:?} and {used_b:?}"));
                     }
-                    match kernels.iter_mut().find(|(k, _)| *k == used_b) {
-                        Some((_, n)) => *n += 1,
-                        None => kernels.push((used_b, 1)),
-                    }
+                    ran.count(used_b);
                     if let Err(e) = check_finite(&from_bytes_output(&b, types.output)) {
                         failures.push(format!("{label}: {e}"));
                     }
@@ -785,10 +782,11 @@ pub fn check_cast_in_kernel<R: Runtime>(
         failures.join("\n")
     );
     eprintln!(
-        "{types:?} {path:?}: {} cases x 2, the cast in the kernel gives the host cast's bits, kernels {kernels:?}",
-        cases.len()
+        "{types:?} {path:?}: {} cases x 2, the cast in the kernel gives the host cast's bits, kernels {:?}",
+        cases.len(),
+        ran.kernels
     );
-    GridResult { kernels }
+    ran
 }
 
 /// Runs every case of `cases` twice (with and without bias) with `types` and `path`; panics
@@ -804,7 +802,7 @@ pub fn check_grid<R: Runtime>(
     let limit = bound(types.operand);
     let mut failures = Vec::new();
     let mut worst = 0f64;
-    let mut kernels: Vec<(ConvPathUsed, usize)> = Vec::new();
+    let mut ran = GridResult::default();
     for case in cases {
         for with_bias in [case.bias, !case.bias] {
             let label = format!(
@@ -814,10 +812,7 @@ pub fn check_grid<R: Runtime>(
             match run_case(client, case, with_bias, types, path) {
                 Ok(run) => {
                     worst = worst.max(run.error);
-                    match kernels.iter_mut().find(|(k, _)| *k == run.used) {
-                        Some((_, n)) => *n += 1,
-                        None => kernels.push((run.used, 1)),
-                    }
+                    ran.count(run.used);
                     if run.error > limit || run.error.is_nan() {
                         failures.push(format!(
                             "{label}: relative L2 {:.3e} > {limit:e}",
@@ -842,19 +837,29 @@ pub fn check_grid<R: Runtime>(
         failures.join("\n")
     );
     eprintln!(
-        "{types:?} {path:?}: {} cases x 2, worst relative L2 {worst:.3e} (bound {limit:e}), kernels {kernels:?}",
-        cases.len()
+        "{types:?} {path:?}: {} cases x 2, worst relative L2 {worst:.3e} (bound {limit:e}), kernels {:?}",
+        cases.len(),
+        ran.kernels
     );
-    GridResult { kernels }
+    ran
 }
 
-/// What [`check_grid`] saw.
+/// What [`check_grid`] and [`check_cast_in_kernel`] saw.
+#[derive(Default)]
 pub struct GridResult {
     /// The kernels that ran, with their run counts.
     pub kernels: Vec<(ConvPathUsed, usize)>,
 }
 
 impl GridResult {
+    /// Counts one run of `kernel`.
+    fn count(&mut self, kernel: ConvPathUsed) {
+        match self.kernels.iter_mut().find(|(k, _)| *k == kernel) {
+            Some((_, n)) => *n += 1,
+            None => self.kernels.push((kernel, 1)),
+        }
+    }
+
     /// How many runs used `kernel`.
     pub fn runs_of(&self, kernel: ConvPathUsed) -> usize {
         self.kernels
