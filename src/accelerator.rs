@@ -13,6 +13,10 @@ use burn_hetero_kernels::{
 };
 use cubecl::server::CopyDescriptor;
 
+/// Waits for results whose copy to the host was started (see
+/// [`Accelerator::accel_download_later`]) and returns them.
+pub type Download = Box<dyn FnOnce() -> Result<Vec<TensorData>, String> + Send>;
+
 /// A backend that runs the ops `Hetero` places on the accelerator.
 ///
 /// Each method receives operands already on the accelerator, in the placement's precision (or
@@ -46,6 +50,15 @@ pub trait Accelerator: Backend {
     /// implementation reads them in one round trip to the device.
     fn accel_download_all(tensors: Vec<FloatTensor<Self>>) -> Result<Vec<TensorData>, String> {
         tensors.into_iter().map(Self::accel_download).collect()
+    }
+
+    /// Starts copying results back to the host and returns what waits for them: work queued on
+    /// the device after this call does not hold up the copy (the device reads them in order,
+    /// and the wait is for these results only). The default reads them at once, with
+    /// [`Self::accel_download_all`].
+    fn accel_download_later(tensors: Vec<FloatTensor<Self>>) -> Result<Download, String> {
+        let datas = Self::accel_download_all(tensors);
+        Ok(Box::new(move || datas))
     }
 
     /// Called as an offloaded op starts, before its uploads: a backend whose device is driven
@@ -144,8 +157,13 @@ fn pinned_upload<R: CubeRuntime>(
 
 /// Dense tensors of one device read back flat, in one call (one wait for the device).
 fn read_dense<R: CubeRuntime>(tensors: Vec<CubeTensor<R>>) -> Result<Vec<TensorData>, String> {
+    read_dense_later(tensors)()
+}
+
+/// [`read_dense`], the copies queued on the device now and waited for by the returned closure.
+fn read_dense_later<R: CubeRuntime>(tensors: Vec<CubeTensor<R>>) -> Download {
     let Some(client) = tensors.first().map(|t| t.client.clone()) else {
-        return Ok(Vec::new());
+        return Box::new(|| Ok(Vec::new()));
     };
     let expected: Vec<(Shape, DType, usize)> = tensors
         .iter()
@@ -167,23 +185,72 @@ fn read_dense<R: CubeRuntime>(tensors: Vec<CubeTensor<R>>) -> Result<Vec<TensorD
             )
         })
         .collect();
-    let read = burn_std::future::block_on(client.read_tensor_async(descriptors))
-        .map_err(|e| format!("{e:?}"))?;
-    if read.len() != expected.len() {
-        return Err(format!("read {} of {} results", read.len(), expected.len()));
+    // Queues the copies (one round trip to the device thread); the future waits for them.
+    let read = ReadInFlight::start(client, descriptors);
+    Box::new(move || {
+        let read = read.wait()?;
+        if read.len() != expected.len() {
+            return Err(format!("read {} of {} results", read.len(), expected.len()));
+        }
+        read.into_iter()
+            .zip(expected)
+            .map(|(bytes, (shape, dtype, num_bytes))| {
+                if bytes.len() != num_bytes {
+                    return Err(format!(
+                        "read {} bytes of a {num_bytes}-byte result",
+                        bytes.len()
+                    ));
+                }
+                Ok(TensorData::from_bytes(bytes, shape, dtype))
+            })
+            .collect()
+    })
+}
+
+/// A read queued on a CubeCL device, with the client its future borrows.
+struct ReadInFlight<R: CubeRuntime> {
+    /// Borrows `*client`; dropped first (see `Drop`).
+    future: core::mem::ManuallyDrop<ReadFuture<'static>>,
+    client: Box<cubecl::prelude::ComputeClient<R>>,
+}
+
+type ReadFuture<'a> = core::pin::Pin<
+    Box<dyn Future<Output = Result<Vec<burn_std::Bytes>, cubecl::server::ServerError>> + Send + 'a>,
+>;
+
+impl<R: CubeRuntime> ReadInFlight<R> {
+    fn start(client: cubecl::prelude::ComputeClient<R>, descriptors: Vec<CopyDescriptor>) -> Self {
+        let client = Box::new(client);
+        let future: ReadFuture<'_> = Box::pin(client.read_tensor_async(descriptors));
+        // SAFETY: the future borrows the client, which lives on the heap (its address does not
+        // move with `Self`) and is dropped after the future (`Drop` below; `wait` consumes the
+        // future before the client).
+        let future: ReadFuture<'static> = unsafe { core::mem::transmute(future) };
+        ReadInFlight {
+            future: core::mem::ManuallyDrop::new(future),
+            client,
+        }
     }
-    read.into_iter()
-        .zip(expected)
-        .map(|(bytes, (shape, dtype, num_bytes))| {
-            if bytes.len() != num_bytes {
-                return Err(format!(
-                    "read {} bytes of a {num_bytes}-byte result",
-                    bytes.len()
-                ));
-            }
-            Ok(TensorData::from_bytes(bytes, shape, dtype))
-        })
-        .collect()
+
+    /// Waits for the read.
+    fn wait(mut self) -> Result<Vec<burn_std::Bytes>, String> {
+        // SAFETY: taken once; `Drop` will not see it again (`self` is forgotten below).
+        let future = unsafe { core::mem::ManuallyDrop::take(&mut self.future) };
+        let result = burn_std::future::block_on(future).map_err(|e| format!("{e:?}"));
+        // The client is dropped after the future it lent itself to.
+        let client = unsafe { core::ptr::read(&self.client) };
+        core::mem::forget(self);
+        drop(client);
+        result
+    }
+}
+
+impl<R: CubeRuntime> Drop for ReadInFlight<R> {
+    fn drop(&mut self) {
+        // SAFETY: the future is still there (`wait` forgets `self` after taking it), and goes
+        // before the client it borrows, which the fields' own drop releases after this.
+        unsafe { core::mem::ManuallyDrop::drop(&mut self.future) };
+    }
 }
 
 /// Casts low-precision operands to f32 on the device. Burn's kernels accumulate in the operand
@@ -277,6 +344,16 @@ where
             return read_dense(tensors);
         }
         tensors.into_iter().map(Self::accel_download).collect()
+    }
+
+    /// Dense results of one device: their copies queued now, in one call; others read at once.
+    fn accel_download_later(tensors: Vec<FloatTensor<Self>>) -> Result<Download, String> {
+        let one_device = tensors.windows(2).all(|w| w[0].device == w[1].device);
+        if one_device && tensors.iter().all(|t| t.is_contiguous()) {
+            return Ok(read_dense_later(tensors));
+        }
+        let datas = Self::accel_download_all(tensors);
+        Ok(Box::new(move || datas))
     }
 
     /// CubeCL's device thread sleeps when idle; the op's read would wait for it to wake.

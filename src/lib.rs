@@ -3,6 +3,7 @@
 
 mod accelerator;
 mod backend;
+mod deferred;
 mod device;
 mod fallback;
 pub mod norm;
@@ -21,8 +22,9 @@ mod wake;
 #[cfg(feature = "trace-ops")]
 pub use trace::ops_called;
 
-pub use accelerator::Accelerator;
+pub use accelerator::{Accelerator, Download};
 pub use backend::Hetero;
+pub use deferred::{deferred_read_fallbacks, inject_deferred_read_failure};
 pub use device::AcceleratorInfo;
 pub use fallback::inject_accelerator_failure;
 pub use placement::{

@@ -2,6 +2,7 @@
 //! fallback to the CPU when any of it fails.
 
 use crate::Accelerator;
+use crate::deferred;
 use crate::device;
 use crate::fallback::{guarded, injection_point, warn_once};
 use crate::placement::{OpKind, Placement, Precision};
@@ -61,6 +62,7 @@ where
     let part = Part {
         placed,
         launch: Box::new(on_accelerator),
+        read_later: None,
     };
     run_parts::<C, A>(part, Vec::new(), on_cpu).0
 }
@@ -71,7 +73,14 @@ pub(crate) struct Part<'a, C: Backend, A: Accelerator> {
     pub placed: PlacedOp<C>,
     /// Receives the uploaded operands, in the order of `placed.uploads`, and launches the op.
     pub launch: Launch<'a, A>,
+    /// Where the result is not needed before the op returns (a weight gradient): it is read
+    /// back after the other parts' results, and this computes it on the CPU if that read fails
+    /// (see [`deferred`]). None: read with the others.
+    pub read_later: Option<CpuResult<C>>,
 }
+
+/// An op's result computed on the CPU.
+pub(crate) type CpuResult<C> = Box<dyn FnOnce() -> FloatTensor<C> + Send>;
 
 /// The launch of an offloaded op on its uploaded operands.
 pub(crate) type Launch<'a, A> = Box<
@@ -156,7 +165,8 @@ where
         .iter()
         .map(|p| (p.placed.op, p.placed.signature.clone()))
         .collect();
-    match guarded(|| offload::<C, A>(parts, precision, upload_dtype, &accel_device)) {
+    let strict = config.strict;
+    match guarded(|| offload::<C, A>(parts, precision, upload_dtype, &accel_device, strict)) {
         Ok(Ok(results)) => {
             let mut outs = Vec::with_capacity(results.len());
             for ((out, counters), (op, signature)) in results.into_iter().zip(described) {
@@ -200,17 +210,23 @@ fn run_on_cpu<C: Backend>(
 }
 
 /// Uploads, launches and reads back every part, in that order, each part's time and bytes in
-/// its own counters.
+/// its own counters. Parts to be read later are launched after the others' read is queued and
+/// come back as tensors whose bytes arrive on first access (see [`deferred`]); while profiling,
+/// every part is read at once, to time it.
 fn offload<C: Backend, A: Accelerator>(
     parts: Vec<Part<'_, C, A>>,
     precision: Precision,
     upload_dtype: DType,
     accel_device: &A::Device,
+    strict: bool,
 ) -> Result<Vec<(FloatTensor<C>, OpCounters)>, String> {
     // Syncing between the phases only attributes their time (profiling); otherwise the read
     // below waits for the whole chain and reports any failure in it.
     let profiling = profile::profiling();
     injection_point();
+    // Results left for later by the previous op are in by now; taking them frees their
+    // operands and staging memory before this op needs more.
+    deferred::settle_all();
     A::accel_wake(accel_device);
     let mut launches = Vec::with_capacity(parts.len());
     for part in parts {
@@ -233,26 +249,37 @@ fn offload<C: Backend, A: Accelerator>(
             A::sync(accel_device).map_err(|e| format!("upload failed: {e}"))?;
             counters.upload += start.elapsed();
         }
-        let out = (part.placed.out_dtype, part.placed.device);
+        let later = part.read_later.filter(|_| !profiling);
+        let out = Out::<C> {
+            op: part.placed.op,
+            dtype: part.placed.out_dtype,
+            device: part.placed.device,
+            later,
+        };
         launches.push((part.launch, uploaded, counters, out));
     }
+    let (now, later): (Vec<_>, Vec<_>) = launches
+        .into_iter()
+        .enumerate()
+        .partition(|(_, l)| l.3.later.is_none());
 
-    let mut outs = Vec::with_capacity(launches.len());
-    let mut meta = Vec::with_capacity(launches.len());
-    for (launch, uploaded, mut counters, out) in launches {
+    let mut results = Vec::with_capacity(now.len() + later.len());
+    let mut outs = Vec::with_capacity(now.len());
+    let mut meta = Vec::with_capacity(now.len());
+    for (index, (launch, uploaded, mut counters, out)) in now {
         let start = Instant::now();
         outs.push(launch(uploaded, accel_device)?);
         if profiling {
             A::sync(accel_device).map_err(|e| format!("kernel failed: {e}"))?;
         }
         counters.compute += start.elapsed();
-        meta.push((counters, out));
+        meta.push((index, counters, out));
     }
 
     // One read for all results; while profiling, one per part, to time each.
     let mut datas = Vec::with_capacity(outs.len());
     if profiling {
-        for (out, (counters, _)) in outs.into_iter().zip(&mut meta) {
+        for (out, (_, counters, _)) in outs.into_iter().zip(&mut meta) {
             let start = Instant::now();
             let data = A::accel_download(out).map_err(|e| format!("download failed: {e}"))?;
             counters.download += start.elapsed();
@@ -260,26 +287,71 @@ fn offload<C: Backend, A: Accelerator>(
         }
     } else {
         let start = Instant::now();
-        datas = A::accel_download_all(outs).map_err(|e| format!("download failed: {e}"))?;
-        let elapsed = start.elapsed();
+        let read = A::accel_download_later(outs).map_err(|e| format!("download failed: {e}"))?;
+        let mut elapsed = start.elapsed();
+        // The parts read later go to the device behind this read.
+        for (index, (launch, uploaded, mut counters, out)) in later {
+            let launched = Instant::now();
+            let result = launch(uploaded, accel_device)?;
+            counters.compute += launched.elapsed();
+            let shape = result.shape();
+            let read = A::accel_download_later(vec![result])
+                .map_err(|e| format!("download failed: {e}"))?;
+            let Out {
+                op,
+                dtype,
+                device,
+                later,
+            } = out;
+            let fallback = later.expect("parts read later have a CPU fallback");
+            let job = deferred::Job {
+                op: op.to_string(),
+                settle: Box::new(move || {
+                    let data = read()?.pop().ok_or("a read returned no result")?;
+                    Ok(cast(data, dtype))
+                }),
+                fallback: Box::new(move || {
+                    burn_std::future::block_on(C::float_into_data(fallback()))
+                        .map_err(|e| format!("reading the CPU result failed: {e}"))
+                }),
+                strict,
+            };
+            let data = deferred::tensor_data(job, shape, dtype);
+            counters.bytes_down += data.bytes.len() as u64;
+            counters.elements = data.num_elements() as u64;
+            counters.deferred_reads += 1;
+            results.push((index, C::float_from_data(data, &device), counters));
+        }
+        let start = Instant::now();
+        datas = read().map_err(|e| format!("download failed: {e}"))?;
+        elapsed += start.elapsed();
         // The shared read's time, split by bytes.
         let total: usize = datas.iter().map(|d| d.bytes.len()).sum();
-        for (data, (counters, _)) in datas.iter().zip(&mut meta) {
+        for (data, (_, counters, _)) in datas.iter().zip(&mut meta) {
             let share = data.bytes.len() as f64 / total.max(1) as f64;
             counters.download += elapsed.mul_f64(share);
         }
     }
 
-    let mut results = Vec::with_capacity(datas.len());
-    for (data, (mut counters, (out_dtype, device))) in datas.into_iter().zip(meta) {
+    for (data, (index, mut counters, out)) in datas.into_iter().zip(meta) {
         counters.bytes_down += data.bytes.len() as u64;
         counters.elements = data.num_elements() as u64;
         let start = Instant::now();
-        let out = C::float_from_data(cast(data, out_dtype), &device);
+        let tensor = C::float_from_data(cast(data, out.dtype), &out.device);
         counters.cpu += start.elapsed();
-        results.push((out, counters));
+        results.push((index, tensor, counters));
     }
-    Ok(results)
+    results.sort_by_key(|(index, _, _)| *index);
+    Ok(results.into_iter().map(|(_, t, c)| (t, c)).collect())
+}
+
+/// Where a part's result goes: its op, dtype and CPU device, and its CPU fallback where it is
+/// read later.
+struct Out<C: Backend> {
+    op: OpKind,
+    dtype: DType,
+    device: C::Device,
+    later: Option<CpuResult<C>>,
 }
 
 /// `tensors` on the accelerator as `upload_dtype` with values rounded to `precision`: each an

@@ -43,6 +43,10 @@ pub struct OpCounters {
     /// Operand bytes the op found on the accelerator already and did not upload: an earlier
     /// upload of the same CPU buffer (a conv's forward input and weight serve its backward).
     pub bytes_reused: u64,
+    /// Calls whose result was read back after the call returned: the next CPU ops ran while
+    /// the accelerator computed it (a weight gradient; see `Part::read_later`). Its download
+    /// time is not counted: nothing waits for it.
+    pub deferred_reads: u64,
     /// Time spent uploading (until the accelerator holds the operands).
     pub upload: Duration,
     /// Time the accelerator spent computing (launch to completion).
@@ -67,6 +71,7 @@ impl OpCounters {
         self.bytes_up += other.bytes_up;
         self.bytes_down += other.bytes_down;
         self.bytes_reused += other.bytes_reused;
+        self.deferred_reads += other.deferred_reads;
         self.upload += other.upload;
         self.compute += other.compute;
         self.download += other.download;
@@ -123,6 +128,7 @@ impl Stats {
                 bytes_up: c.bytes_up - e.bytes_up,
                 bytes_down: c.bytes_down - e.bytes_down,
                 bytes_reused: c.bytes_reused - e.bytes_reused,
+                deferred_reads: c.deferred_reads - e.deferred_reads,
                 upload: c.upload.saturating_sub(e.upload),
                 compute: c.compute.saturating_sub(e.compute),
                 download: c.download.saturating_sub(e.download),
@@ -141,15 +147,16 @@ impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "| op | ran on | calls | MB up | MB reused | MB down | upload ms | compute ms | download ms | cpu ms |"
+            "| op | ran on | calls | read later | MB up | MB reused | MB down | upload ms | compute ms | download ms | cpu ms |"
         )?;
-        writeln!(f, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+        writeln!(f, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")?;
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         for (op, ran, c) in self.entries() {
             writeln!(
                 f,
-                "| {op} | {ran} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                "| {op} | {ran} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
                 c.calls,
+                c.deferred_reads,
                 c.bytes_up as f64 / 1e6,
                 c.bytes_reused as f64 / 1e6,
                 c.bytes_down as f64 / 1e6,

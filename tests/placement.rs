@@ -546,7 +546,6 @@ fn backward_reads_the_forward_uploads<A: burn_hetero::Accelerator>(
     backward: Precision,
     tolerance: f64,
 ) {
-    use burn::tensor::module::conv2d;
     type AF = Autodiff<burn_flex::Flex>;
     let _guard = settings(HeteroConfig::default());
     let config = HeteroConfig::cpu_only()
@@ -562,35 +561,12 @@ fn backward_reads_the_forward_uploads<A: burn_hetero::Accelerator>(
         .map(|_| random_vec(&mut rng, ws.iter().product(), -0.5, 0.5))
         .collect();
     let output_grad = random_vec(&mut rng, xs.iter().product(), -1.0, 1.0);
-    // x, dx and each dw, from a backend `B` on the CPU device `dev`.
-    fn run<B: burn::tensor::backend::AutodiffBackend>(
-        dev: &B::Device,
-        (xs, ws): ([usize; 4], [usize; 4]),
-        x: &[f32],
-        weights: &[Vec<f32>],
-        output_grad: &[f32],
-    ) -> Vec<Vec<f32>> {
-        let tensor = |v: &[f32], s: [usize; 4]| {
-            Tensor::<B, 4>::from_data(TensorData::new(v.to_vec(), s), dev).require_grad()
-        };
-        let x = tensor(x, xs);
-        let ws: Vec<_> = weights.iter().map(|w| tensor(w, ws)).collect();
-        let options = ConvOptions::new([1, 1], [1, 1], [1, 1], 1);
-        let mut y = x.clone();
-        for w in &ws {
-            y = conv2d(y, w.clone(), None, options.clone());
-        }
-        let grads = (y * tensor(output_grad, xs).detach()).sum().backward();
-        let v = |t: Tensor<B::InnerBackend, 4>| t.into_data().to_vec::<f32>().unwrap();
-        let mut out = vec![v(x.grad(&grads).unwrap())];
-        out.extend(ws.iter().map(|w| v(w.grad(&grads).unwrap())));
-        out
-    }
     let operands = (xs, ws);
-    let reference = run::<AF>(&Default::default(), operands, &x, &weights, &output_grad);
+    let reference =
+        chained_conv_grads::<AF>(&Default::default(), operands, &x, &weights, &output_grad);
     let mut got = Vec::new();
     let delta = delta_of(|| {
-        got = run::<Autodiff<burn_hetero::Hetero<burn_flex::Flex, A>>>(
+        got = chained_conv_grads::<Autodiff<burn_hetero::Hetero<burn_flex::Flex, A>>>(
             &burn_flex::FlexDevice,
             operands,
             &x,
@@ -624,6 +600,94 @@ fn backward_reads_the_forward_uploads<A: burn_hetero::Accelerator>(
     // from the forward's.
     assert_eq!(wgrad.bytes_up, 0, "{delta}");
     assert_eq!(wgrad.bytes_reused, 3 * bytes(2 * xn, backward), "{delta}");
+    // Every weight gradient was read back after its call returned.
+    assert_eq!(wgrad.deferred_reads, 3, "{delta}");
+    assert_eq!(dgrad.deferred_reads + fwd.deferred_reads, 0, "{delta}");
+}
+
+/// Input, input gradient and weight gradients of three chained 3×3 convs (input of shape `xs`,
+/// weights of shape `ws`, padding 1) on autodiff backend `B`, given the output's gradient.
+/// The first weight's gradient is first touched by a write (doubled where nothing else holds
+/// it, then halved here: exact), the others by reads.
+fn chained_conv_grads<B: burn::tensor::backend::AutodiffBackend>(
+    dev: &B::Device,
+    (xs, ws): ([usize; 4], [usize; 4]),
+    x: &[f32],
+    weights: &[Vec<f32>],
+    output_grad: &[f32],
+) -> Vec<Vec<f32>> {
+    use burn::tensor::module::conv2d;
+    let tensor = |v: &[f32], s: [usize; 4]| {
+        Tensor::<B, 4>::from_data(TensorData::new(v.to_vec(), s), dev).require_grad()
+    };
+    let x = tensor(x, xs);
+    let ws: Vec<_> = weights.iter().map(|w| tensor(w, ws)).collect();
+    let options = ConvOptions::new([1, 1], [1, 1], [1, 1], 1);
+    let mut y = x.clone();
+    for w in &ws {
+        y = conv2d(y, w.clone(), None, options.clone());
+    }
+    let mut grads = (y * tensor(output_grad, xs).detach()).sum().backward();
+    let v = |t: Tensor<B::InnerBackend, 4>| t.into_data().to_vec::<f32>().unwrap();
+    let mut out = vec![v(x.grad(&grads).unwrap())];
+    let doubled = v(ws[0].grad_remove(&mut grads).unwrap().mul_scalar(2.0));
+    out.push(doubled.iter().map(|g| g / 2.0).collect());
+    out.extend(ws[1..].iter().map(|w| v(w.grad(&grads).unwrap())));
+    out
+}
+
+/// A weight gradient whose read back fails (injected) is computed on the CPU from the operands
+/// kept for it; the others still come from the accelerator; nothing is lost.
+#[test]
+fn a_failed_deferred_read_is_computed_on_the_cpu() {
+    type AF = Autodiff<burn_flex::Flex>;
+    let _guard = settings(HeteroConfig::default());
+    let f32p = Placement::accelerator(Precision::F32);
+    let config = HeteroConfig::cpu_only()
+        .with_placement(OpKind::Conv2dForward, f32p)
+        .with_placement(OpKind::Conv2dInputGrad, f32p)
+        .with_placement(OpKind::Conv2dWeightGrad, f32p);
+    burn_hetero::Hetero::<burn_flex::Flex, Accel>::configure(&burn_flex::FlexDevice, config);
+    let mut rng = rng_for("failed deferred read");
+    let (xs, ws) = ([2, 3, 6, 5], [3, 3, 3, 3]);
+    let x = random_vec(&mut rng, xs.iter().product(), -1.0, 1.0);
+    let weights: Vec<Vec<f32>> = (0..3)
+        .map(|_| random_vec(&mut rng, ws.iter().product(), -0.5, 0.5))
+        .collect();
+    let output_grad = random_vec(&mut rng, xs.iter().product(), -1.0, 1.0);
+    let reference =
+        chained_conv_grads::<AF>(&Default::default(), (xs, ws), &x, &weights, &output_grad);
+    for k in 1..=3 {
+        let fallbacks = burn_hetero::deferred_read_fallbacks();
+        burn_hetero::inject_deferred_read_failure(Some(k));
+        let mut got = Vec::new();
+        let delta = delta_of(|| {
+            got = chained_conv_grads::<Autodiff<burn_hetero::Hetero<burn_flex::Flex, Accel>>>(
+                &burn_flex::FlexDevice,
+                (xs, ws),
+                &x,
+                &weights,
+                &output_grad,
+            );
+        });
+        burn_hetero::inject_deferred_read_failure(None);
+        assert_eq!(
+            burn_hetero::deferred_read_fallbacks() - fallbacks,
+            1,
+            "read {k}: one result computed on the CPU"
+        );
+        let wgrad = delta.get(OpKind::Conv2dWeightGrad, Ran::Accelerator(Precision::F32));
+        assert_eq!((wgrad.calls, wgrad.deferred_reads), (3, 3), "{delta}");
+        for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
+            let r: Vec<f64> = r.iter().map(|&v| v as f64).collect();
+            let err = rel_l2(g, &r);
+            assert!(err <= 1e-5, "read {k}, gradient {i}: relative L2 {err:.2e}");
+        }
+    }
+    burn_hetero::Hetero::<burn_flex::Flex, Accel>::configure(
+        &burn_flex::FlexDevice,
+        HeteroConfig::default(),
+    );
 }
 
 /// At one precision the backward reads the forward's device copies as they are.

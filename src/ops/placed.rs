@@ -97,7 +97,7 @@ pub(crate) fn conv2d_x_backward<C: Backend, A: Accelerator>(
     let extras = if pair {
         vec![weight_grad_part::<C, A>(
             x.clone(),
-            (weight.shape(), weight.dtype()),
+            weight.clone(),
             output_grad.clone(),
             options.clone(),
         )]
@@ -148,6 +148,7 @@ fn x_grad_part<'a, C: Backend, A: Accelerator>(
             let weight = t.pop().expect("weight");
             A::accel_conv2d_x_backward(x_shape, weight, output_grad, options)
         }),
+        read_later: None,
     }
 }
 
@@ -164,10 +165,9 @@ pub(crate) fn conv2d_weight_backward<C: Backend, A: Accelerator>(
     {
         return grad;
     }
-    let weight_shape = (weight.shape(), weight.dtype());
     let part = weight_grad_part::<C, A>(
         x.clone(),
-        weight_shape,
+        weight.clone(),
         output_grad.clone(),
         options.clone(),
     );
@@ -177,21 +177,25 @@ pub(crate) fn conv2d_weight_backward<C: Backend, A: Accelerator>(
     .0
 }
 
-/// The weight gradient as an offloaded op; `weight` is the weight's shape and dtype.
+/// The weight gradient as an offloaded op. Nothing reads it before the optimizer step, so it
+/// is read back after the call returns (see `deferred`), and recomputed on the CPU from the
+/// operands if that read fails.
 fn weight_grad_part<'a, C: Backend, A: Accelerator>(
     x: FloatTensor<C>,
-    (w_shape, out_dtype): (Shape, DType),
+    weight: FloatTensor<C>,
     output_grad: FloatTensor<C>,
     options: ConvOptions<2>,
 ) -> Part<'a, C, A> {
+    let (w_shape, out_dtype) = (weight.shape(), weight.dtype());
     let placed = PlacedOp::<C> {
         op: OpKind::Conv2dWeightGrad,
         device: C::float_device(&x),
         out_dtype,
         flops: conv2d_flops(&w_shape, &output_grad.shape()),
         signature: signature(&x.shape(), &w_shape, &options),
-        uploads: vec![x, output_grad],
+        uploads: vec![x.clone(), output_grad.clone()],
     };
+    let cpu_options = options.clone();
     Part {
         placed,
         launch: Box::new(move |mut t, _| {
@@ -199,6 +203,9 @@ fn weight_grad_part<'a, C: Backend, A: Accelerator>(
             let x = t.pop().expect("x");
             A::accel_conv2d_weight_backward(x, w_shape, output_grad, options)
         }),
+        read_later: Some(Box::new(move || {
+            C::conv2d_weight_backward(x, weight, output_grad, cpu_options)
+        })),
     }
 }
 
