@@ -358,7 +358,12 @@ where
 
     /// CubeCL's device thread sleeps when idle; the op's read would wait for it to wake.
     fn accel_wake(device: &Self::Device) {
-        crate::wake::wake(cubecl_common::device::Device::to_id(device));
+        let id = cubecl_common::device::Device::to_id(device);
+        #[cfg(feature = "cuda")]
+        if core::any::TypeId::of::<R>() == core::any::TypeId::of::<cubecl::cuda::CudaRuntime>() {
+            return crate::wake::wake_and_keep(id);
+        }
+        crate::wake::wake(id);
     }
 
     /// Our own kernels (`burn-hetero-kernels`): one launch, the operands read in their upload
