@@ -149,14 +149,7 @@ fn keeper_loop() {
             continue;
         }
         for device in active {
-            let index = match handles.iter().position(|(id, _)| *id == device) {
-                Some(index) => index,
-                None => {
-                    handles.push((device, DeviceHandle::<Waker>::new(device)));
-                    handles.len() - 1
-                }
-            };
-            handles[index].1.flush_queue();
+            flush(&mut handles, device);
         }
         std::thread::sleep(KEEP_EVERY);
     }
@@ -187,16 +180,19 @@ pub(crate) fn wake(device: DeviceId) {
     if mode() == Mode::Off || DeviceHandle::<Waker>::is_blocking() {
         return;
     }
-    HANDLES.with_borrow_mut(|handles| {
-        let index = match handles.iter().position(|(id, _)| *id == device) {
-            Some(index) => index,
-            None => {
-                handles.push((device, DeviceHandle::<Waker>::new(device)));
-                handles.len() - 1
-            }
-        };
-        handles[index].1.flush_queue();
-    });
+    HANDLES.with_borrow_mut(|handles| flush(handles, device));
+}
+
+/// Flushes `device`'s queue through its handle in `handles`, made on first use.
+fn flush(handles: &mut Vec<(DeviceId, DeviceHandle<Waker>)>, device: DeviceId) {
+    let index = match handles.iter().position(|(id, _)| *id == device) {
+        Some(index) => index,
+        None => {
+            handles.push((device, DeviceHandle::<Waker>::new(device)));
+            handles.len() - 1
+        }
+    };
+    handles[index].1.flush_queue();
 }
 
 /// [`wake`], and where the mode and the cores allow it, the device kept awake by the keeper

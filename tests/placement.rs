@@ -554,13 +554,8 @@ fn backward_reads_the_forward_uploads<A: burn_hetero::Accelerator>(
         .with_placement(OpKind::Conv2dWeightGrad, Placement::accelerator(backward))
         .with_strict(true);
     burn_hetero::Hetero::<burn_flex::Flex, A>::configure(&burn_flex::FlexDevice, config);
-    let mut rng = rng_for("forward uploads");
     let (xs, ws) = ([2, 4, 7, 6], [4, 4, 3, 3]);
-    let x = random_vec(&mut rng, xs.iter().product(), -1.0, 1.0);
-    let weights: Vec<Vec<f32>> = (0..3)
-        .map(|_| random_vec(&mut rng, ws.iter().product(), -0.5, 0.5))
-        .collect();
-    let output_grad = random_vec(&mut rng, xs.iter().product(), -1.0, 1.0);
+    let (x, weights, output_grad) = chain_operands("forward uploads", xs, ws);
     let operands = (xs, ws);
     let reference =
         chained_conv_grads::<AF>(&Default::default(), operands, &x, &weights, &output_grad);
@@ -603,6 +598,22 @@ fn backward_reads_the_forward_uploads<A: burn_hetero::Accelerator>(
     // Every weight gradient was read back after its call returned.
     assert_eq!(wgrad.deferred_reads, 3, "{delta}");
     assert_eq!(dgrad.deferred_reads + fwd.deferred_reads, 0, "{delta}");
+}
+
+/// Fresh random operands of [`chained_conv_grads`]: the input, three weights and the output's
+/// gradient.
+fn chain_operands(
+    label: &str,
+    xs: [usize; 4],
+    ws: [usize; 4],
+) -> (Vec<f32>, Vec<Vec<f32>>, Vec<f32>) {
+    let mut rng = rng_for(label);
+    let x = random_vec(&mut rng, xs.iter().product(), -1.0, 1.0);
+    let weights = (0..3)
+        .map(|_| random_vec(&mut rng, ws.iter().product(), -0.5, 0.5))
+        .collect();
+    let output_grad = random_vec(&mut rng, xs.iter().product(), -1.0, 1.0);
+    (x, weights, output_grad)
 }
 
 /// Input, input gradient and weight gradients of three chained 3×3 convs (input of shape `xs`,
@@ -648,13 +659,8 @@ fn a_failed_deferred_read_is_computed_on_the_cpu() {
         .with_placement(OpKind::Conv2dInputGrad, f32p)
         .with_placement(OpKind::Conv2dWeightGrad, f32p);
     burn_hetero::Hetero::<burn_flex::Flex, Accel>::configure(&burn_flex::FlexDevice, config);
-    let mut rng = rng_for("failed deferred read");
     let (xs, ws) = ([2, 3, 6, 5], [3, 3, 3, 3]);
-    let x = random_vec(&mut rng, xs.iter().product(), -1.0, 1.0);
-    let weights: Vec<Vec<f32>> = (0..3)
-        .map(|_| random_vec(&mut rng, ws.iter().product(), -0.5, 0.5))
-        .collect();
-    let output_grad = random_vec(&mut rng, xs.iter().product(), -1.0, 1.0);
+    let (x, weights, output_grad) = chain_operands("failed deferred read", xs, ws);
     let reference =
         chained_conv_grads::<AF>(&Default::default(), (xs, ws), &x, &weights, &output_grad);
     for k in 1..=3 {
