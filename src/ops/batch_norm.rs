@@ -9,9 +9,10 @@
 //! buffer is not shared).
 //!
 //! With a ReLU after it (and the residual a ResNet block adds before the ReLU), the forward adds
-//! and clamps in its output pass; the backward first masks the output gradient (in place when
-//! nothing else holds it), which is also the residual's gradient, then runs its two passes on
-//! it, writing the input gradient into a buffer of its own where the masked one is kept.
+//! and clamps in its output pass; the backward masks the output gradient (in place when nothing
+//! else holds it; it is also the residual's gradient) in its first pass, summing each plane as
+//! it is masked, and writes the input gradient in its second, into a buffer of its own where
+//! the masked one is kept.
 //!
 //! Sums are taken per `(image, channel)` plane in f64 around a per-channel shift (the channel's
 //! first value), so the variance does not lose digits to cancellation when a channel's mean is
@@ -24,6 +25,7 @@ use burn_backend::Backend;
 use burn_backend::tensor::FloatTensor;
 use burn_flex::{FlexTensor, Layout};
 use burn_std::Shape;
+use core::mem::MaybeUninit;
 use rayon::prelude::*;
 
 /// The training forward's results: the normalised output, the batch mean and the biased batch
@@ -304,43 +306,50 @@ pub(crate) fn backward<C: Backend>(
     let chunk = len.max(1);
     let unique =
         |t: &FlexTensor| t.is_unique() && t.layout().contiguous_offsets() == Some((0, xs.len()));
-    // The gradient reaching batch norm's output: `dy`, or after a ReLU `dy` masked by its
-    // output (as burn-flex's ReLU backward computes it), written over `dy` where nothing else
-    // holds it, else into a buffer of its own.
-    let grad = match &output {
-        None => grad,
+    // The gradient reaching batch norm's output, and its sums, in one pass: `dy`, or after a
+    // ReLU `dy` masked by its output (as burn-flex's ReLU backward computes it), written over
+    // `dy` where nothing else holds it, else into a buffer of its own, each plane summed as it
+    // is written.
+    let plane_sums =
+        |p: usize, c: usize, dy: &[f32]| gradient_sums(dy, &xs[p * len..(p + 1) * len], mean_v[c]);
+    let (grad, sums) = match &output {
+        None => {
+            let dy = values(&grad).expect("checked");
+            let sums = planes.per_channel(|p, c| plane_sums(p, c, &dy[p * len..(p + 1) * len]));
+            (grad, sums)
+        }
         Some(y) => {
             let ys = values(y).expect("checked");
             let masked = |g: f32, y: f32| if y > 0.0 { g } else { 0.0 };
             if unique(&grad) {
                 let mut grad = grad;
-                grad.storage_mut::<f32>()[..xs.len()]
-                    .par_chunks_mut(chunk)
-                    .zip(ys.par_chunks(chunk))
-                    .with_min_len(planes.min_planes())
-                    .for_each(|(g, y)| g.iter_mut().zip(y).for_each(|(g, &y)| *g = masked(*g, y)));
-                grad
+                let dy = &mut grad.storage_mut::<f32>()[..xs.len()];
+                let sums = planes.per_channel_mut(dy, |p, c, g: &mut [f32]| {
+                    let y = &ys[p * len..p * len + g.len()];
+                    g.iter_mut().zip(y).for_each(|(g, &y)| *g = masked(*g, y));
+                    plane_sums(p, c, g)
+                });
+                (grad, sums)
             } else {
                 let dy = values(&grad).expect("checked");
+                let mut sums = Vec::new();
                 let out = filled(xs.len(), |out| {
-                    out.par_chunks_mut(chunk)
-                        .zip(dy.par_chunks(chunk).zip(ys.par_chunks(chunk)))
-                        .with_min_len(planes.min_planes())
-                        .for_each(|(o, (g, y))| {
-                            o.iter_mut().zip(g).zip(y).for_each(|((o, &g), &y)| {
-                                o.write(masked(g, y));
-                            })
+                    sums = planes.per_channel_mut(out, |p, c, o: &mut [MaybeUninit<f32>]| {
+                        let range = p * len..p * len + o.len();
+                        let (g, y) = (&dy[range.clone()], &ys[range]);
+                        o.iter_mut().zip(g).zip(y).for_each(|((o, &g), &y)| {
+                            o.write(masked(g, y));
                         });
+                        // SAFETY: every value of the plane was written just above.
+                        let written = unsafe { &*(o as *const [MaybeUninit<f32>] as *const [f32]) };
+                        plane_sums(p, c, written)
+                    });
                 });
-                dense(out, shape.clone())
+                (dense(out, shape.clone()), sums)
             }
         }
     };
     let dy = values(&grad).expect("checked");
-    let sums = planes.per_channel(|p, c| {
-        let range = p * len..(p + 1) * len;
-        gradient_sums(&dy[range.clone()], &xs[range], mean_v[c])
-    });
     let count = planes.count().max(1) as f64;
     // dx = a·dy + b·(x - mean) + k per channel, with a = gamma·invstd,
     // b = -a·invstd²·Σ dy·(x - mean) / count and k = -a·Σ dy / count, for the exact batch

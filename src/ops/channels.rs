@@ -56,9 +56,34 @@ impl Planes {
             .with_min_len(self.min_planes())
             .map(|p| sums(p, p % channels))
             .collect();
-        let mut out = vec![[0.0; N]; channels];
+        self.add_up(planes)
+    }
+
+    /// [`Self::per_channel`] with each plane of `data` (the tensor's values, or an output of
+    /// its shape) handed to `sums` to write as well: `sums(plane, channel, values)`.
+    pub(crate) fn per_channel_mut<T: Send, const N: usize, F>(
+        &self,
+        data: &mut [T],
+        sums: F,
+    ) -> Vec<[f64; N]>
+    where
+        F: Fn(usize, usize, &mut [T]) -> [f64; N] + Sync,
+    {
+        let channels = self.channels;
+        let planes: Vec<[f64; N]> = data
+            .par_chunks_mut(self.len.max(1))
+            .with_min_len(self.min_planes())
+            .enumerate()
+            .map(|(p, plane)| sums(p, p % channels, plane))
+            .collect();
+        self.add_up(planes)
+    }
+
+    /// Per-plane sums added up per channel, in plane order.
+    fn add_up<const N: usize>(&self, planes: Vec<[f64; N]>) -> Vec<[f64; N]> {
+        let mut out = vec![[0.0; N]; self.channels];
         for (p, plane) in planes.into_iter().enumerate() {
-            for (total, value) in out[p % channels].iter_mut().zip(plane) {
+            for (total, value) in out[p % self.channels].iter_mut().zip(plane) {
                 *total += value;
             }
         }
