@@ -18,8 +18,8 @@
 //! first value), so the variance does not lose digits to cancellation when a channel's mean is
 //! large against its spread.
 
-use super::channels::{Planes, dense, values};
-use super::elementwise::filled;
+use super::channels::{Planes, values};
+use super::elementwise::{dense, filled};
 use super::layout::{from_flex, into_flex};
 use burn_backend::Backend;
 use burn_backend::tensor::FloatTensor;

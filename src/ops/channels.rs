@@ -3,11 +3,12 @@
 //! channel, which burn-flex computes through Burn's default: a copy of a `swap_dims(0, 1)` view,
 //! then a sum along rows).
 
+use super::elementwise::dense;
 use super::layout::{from_flex, into_flex};
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType, TensorMetadata};
-use burn_flex::{FlexTensor, Layout};
-use burn_std::{Bytes, Shape};
+use burn_flex::FlexTensor;
+use burn_std::Shape;
 use rayon::prelude::*;
 
 /// Values per rayon task at least, when planes are short.
@@ -98,14 +99,6 @@ pub(crate) fn values(tensor: &FlexTensor) -> Option<&[f32]> {
     }
     let (start, end) = tensor.layout().contiguous_offsets()?;
     Some(&tensor.storage::<f32>()[start..end])
-}
-
-pub(crate) fn dense(values: Vec<f32>, shape: Shape) -> FlexTensor {
-    FlexTensor::new(
-        Bytes::from_elems(values),
-        Layout::contiguous(shape),
-        DType::F32,
-    )
 }
 
 /// `Σ x` in f64, eight lanes at a time.
