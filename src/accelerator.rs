@@ -185,10 +185,14 @@ fn read_dense_later<R: CubeRuntime>(tensors: Vec<CubeTensor<R>>) -> Download {
             )
         })
         .collect();
-    // Queues the copies (one round trip to the device thread); the future waits for them.
+    // Queues the copies (one round trip to the device thread); the future waits for them. The
+    // results stay alive until then: their memory must not go back to the runtime's pool, where
+    // another stream's work could take it, while the copy may still read it.
     let read = ReadInFlight::start(client, descriptors);
     Box::new(move || {
-        let read = read.wait()?;
+        let read = read.wait();
+        drop(tensors);
+        let read = read?;
         if read.len() != expected.len() {
             return Err(format!("read {} of {} results", read.len(), expected.len()));
         }
