@@ -14,9 +14,13 @@
 //!   input (each unit owns fixed patch pixels; 8 channels per 16-byte vector store, so the patch
 //!   is stored channels-last `[pixel][16]`), double-buffered through registers, one barrier
 //!   per chunk;
-//! - then, for every tap, loads its A fragments straight from the shifted patch (row-major,
-//!   leading dimension 16: every fragment is 32-byte aligned whatever the shift) and its B
-//!   fragments from the resident weight, and multiplies-accumulates with `cmma` (f32).
+//! - then, for every tap, loads its A fragments straight from the shifted patch and its B
+//!   fragments from the resident weight, and multiplies-accumulates with `cmma` (f32). The
+//!   patch is stored twice with 48-byte rows, the second copy shifted by 16 bytes: a fragment
+//!   starting at an even pixel reads the first, one at an odd pixel the second, so that every
+//!   fragment is 32-byte aligned whatever the shift (as fragment loads require) and its rows
+//!   fall in distinct shared-memory banks (32-byte rows, the unskewed layout, put rows `r` and
+//!   `r + 4` in the same banks).
 //!
 //! So each input element is read from global memory once per cube tile instead of once per
 //! tap, and the gather needs no per-element im2col arithmetic. The epilogue is the one of the
@@ -40,6 +44,10 @@ const FRAG: u32 = 16;
 const PAD_B: u32 = 8;
 /// Largest resident weight tile, in bytes.
 const MAX_WEIGHT_BYTES: usize = 100 * 1024;
+/// Leading dimension of a skewed patch copy, in elements: 48-byte rows put the eight rows of
+/// each 8x8 piece a fragment load reads in eight different 16-byte bank groups (32-byte rows
+/// put rows `r` and `r + 4` in the same banks).
+const SKEWED_LD: u32 = 24;
 
 /// Tiling of the patch kernel (compile-time constants of one kernel).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -62,6 +70,8 @@ pub(crate) struct PatchConfig {
     pub patch_len: u32,
     /// Whether the channels per group are a multiple of the chunk.
     pub full_chunks: bool,
+    /// Whether the patch is stored skewed (see [`PatchConfig::patch_copy_vecs`]).
+    pub skewed: bool,
 }
 
 /// A launchable plan: the configuration and the sizes of the virtual GEMM.
@@ -97,10 +107,28 @@ impl PatchConfig {
         self.cg_pad + PAD_B
     }
 
+    /// 8-channel vectors of one patch buffer. Plain: `[pixel][16]`, two vectors a pixel.
+    /// Skewed: two copies with rows of [`SKEWED_LD`] elements (three vectors a pixel), the
+    /// second shifted by one vector, so that a fragment starting at an even pixel reads the
+    /// first copy and one at an odd pixel the second, each 32-byte aligned as fragment loads
+    /// require.
+    pub fn patch_copy_vecs(&self) -> u32 {
+        if self.skewed {
+            (3 * self.patch_len + 1).next_multiple_of(2)
+        } else {
+            2 * self.patch_len
+        }
+    }
+
+    /// 8-channel vectors of one patch buffer, both copies.
+    pub fn patch_buffer_vecs(&self) -> u32 {
+        self.patch_copy_vecs() * if self.skewed { 2 } else { 1 }
+    }
+
     /// Shared memory of one cube, in bytes (2-byte operands).
     pub fn shared_memory_bytes(&self) -> usize {
         let weight = self.kernel_h * self.kernel_w * self.bn() * self.ldr() * 2;
-        let patch = 2 * self.patch_len * CHUNK * 2;
+        let patch = 2 * self.patch_buffer_vecs() * 16;
         let stage = self.warps_m * self.warps_n * FRAG * FRAG * 4;
         (weight + patch + stage) as usize
     }
@@ -136,32 +164,42 @@ impl PatchConfig {
         };
         let halo = (problem.kernel_height - 1) * problem.dilation[0] * pw
             + (problem.kernel_width - 1) * problem.dilation[1];
-        let make = |warps_m: u32| -> Option<PatchConfig> {
+        let make = |warps_m: u32, frags_m: u32, skewed: bool| -> Option<PatchConfig> {
             Some(PatchConfig {
                 warps_m,
                 warps_n: 1,
-                frags_m: 1,
+                frags_m,
                 frags_n,
                 cg_pad: cg_pad as u32,
                 kernel_h: problem.kernel_height as u32,
                 kernel_w: problem.kernel_width as u32,
-                patch_len: ((warps_m * FRAG) as usize + halo).try_into().ok()?,
+                patch_len: ((warps_m * frags_m * FRAG) as usize + halo)
+                    .try_into()
+                    .ok()?,
                 full_chunks: cg == cg_pad,
+                skewed,
             })
         };
-        // One fragment row per warp and 16 warps: 256 rows per cube (the 512 units cap the
-        // registers at 128 per unit, which the accumulators and fragments fit; measured on an
-        // H200 against 8 warps of 32x64 and 2x2 warp layouts, and against 8 warps of 16x64
-        // with two cubes per multiprocessor: 582 against 467 us on 256x64x56x56 -> 64).
-        // 8 warps (128 rows) when there are too few tiles to fill the device.
+        // 16 warps of 32 rows each (two fragments) and a skewed patch: 512 rows per cube. The
+        // 512 units cap the registers at 128 per unit, which the accumulators and fragments
+        // fit. Measured on an H200 on 256x64x56x56 -> 64 (f16 / bf16, device time): 466 / 590
+        // us with one fragment a warp and the plain patch, 465 / 594 skewed alone, 525 / 770
+        // with two fragments alone (the doubled A loads meet the plain patch's bank
+        // conflicts), 375 / 467 with both. Earlier: 8 warps of 32x64, 2x2 warp layouts, and
+        // two cubes of 8 warps per multiprocessor were all slower than 16 warps of 16x64.
+        // 8 warps of one fragment (128 rows) when there are too few tiles to fill the device;
+        // the unskewed patch where the skewed one does not fit in shared memory.
         let sms = sms.unwrap_or(0) as usize;
-        let cfg = if rows.div_ceil(256) >= sms {
-            make(16)?
+        let candidates = if rows.div_ceil(512) >= sms {
+            [make(16, 2, true)?, make(16, 1, false)?]
         } else {
-            make(8)?
+            [make(8, 1, true)?, make(8, 1, false)?]
         };
+        let cfg = *candidates
+            .iter()
+            .find(|c| c.shared_memory_bytes() <= max_shared)?;
         let weight_bytes = (cfg.kernel_h * cfg.kernel_w * cfg.bn() * cfg.ldr() * 2) as usize;
-        if weight_bytes > MAX_WEIGHT_BYTES || cfg.shared_memory_bytes() > max_shared {
+        if weight_bytes > MAX_WEIGHT_BYTES {
             return None;
         }
         Some(PatchPlan {
@@ -207,7 +245,10 @@ pub(crate) fn conv2d_patch_kernel<FS: Float, FI: Float, FO: Float>(
     let patch_len = comptime!(cfg.patch_len);
     // Patch pixels per unit, and the patch buffer size in 8-channel vectors.
     let per_unit = comptime!(cfg.patch_len.div_ceil(cfg.units()) as usize);
-    let patch_vecs = comptime!(cfg.patch_len * 2);
+    let patch_vecs = comptime!(cfg.patch_buffer_vecs());
+    let copy_vecs = comptime!(cfg.patch_copy_vecs());
+    let skewed = comptime!(cfg.skewed);
+    let patch_ld = comptime!(if cfg.skewed { SKEWED_LD } else { CHUNK });
     let weight_len = comptime!((cfg.kernel_h * cfg.kernel_w * cfg.bn() * cfg.ldr()) as usize);
     // Whether every chunk holds 16 real channels (no channel bound checks).
     let full_chunks = comptime!(cfg.full_chunks);
@@ -318,8 +359,17 @@ pub(crate) fn conv2d_patch_kernel<FS: Float, FI: Float, FO: Float>(
             for j in 0..per_unit {
                 let p = tid + (j as u32) * units;
                 if p < patch_len {
-                    smem_p[(buf + p * 2u32) as usize] = next[j * 2];
-                    smem_p[(buf + p * 2u32 + 1u32) as usize] = next[j * 2 + 1];
+                    if comptime!(skewed) {
+                        let even = buf + p * 3u32;
+                        let odd = buf + copy_vecs + 1u32 + p * 3u32;
+                        smem_p[even as usize] = next[j * 2];
+                        smem_p[(even + 1u32) as usize] = next[j * 2 + 1];
+                        smem_p[odd as usize] = next[j * 2];
+                        smem_p[(odd + 1u32) as usize] = next[j * 2 + 1];
+                    } else {
+                        smem_p[(buf + p * 2u32) as usize] = next[j * 2];
+                        smem_p[(buf + p * 2u32 + 1u32) as usize] = next[j * 2 + 1];
+                    }
                 }
             }
             sync_cube();
@@ -355,13 +405,18 @@ pub(crate) fn conv2d_patch_kernel<FS: Float, FI: Float, FO: Float>(
                             )
                         };
                         // Offset in 8-channel vectors, stride in elements.
+                        let mut offset = buf + pixel * 2u32;
+                        if comptime!(skewed) {
+                            offset = select(
+                                pixel % 2u32 == 1u32,
+                                buf + copy_vecs + 1u32 + pixel * 3u32,
+                                buf + pixel * 3u32,
+                            );
+                        }
                         cm::load(
                             &frag,
-                            &smem_p.slice(
-                                (buf + pixel * 2u32) as usize,
-                                comptime!((2 * patch_vecs) as usize),
-                            ),
-                            CHUNK,
+                            &smem_p.slice(offset as usize, comptime!((2 * patch_vecs) as usize)),
+                            patch_ld,
                         );
                         a_frags.push(frag);
                     }
