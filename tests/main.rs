@@ -39,6 +39,12 @@ mod differential {
         crate::diff_float::flex_pooling_is_identical();
     }
 
+    /// The threaded linear layers of `Hetero<Flex, _>` against an f64 reference.
+    #[test]
+    fn flex_linear_layers() {
+        crate::diff_module::flex_linear_matches_f64();
+    }
+
     #[test]
     fn differential_flex_slice_assign() {
         crate::diff_float::flex_slice_assign_is_identical();

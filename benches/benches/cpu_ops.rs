@@ -1,7 +1,7 @@
 //! The CPU ops of a ResNet20 training step on burn-ndarray, burn-flex and `Hetero<Flex, _>`,
 //! which replaces several of burn-flex's with threaded or fused passes (`src/ops/`). Shapes are
 //! the first stage's at batch 32 (`[32, 16, 32, 32]`), and the MNIST net's for the scalar scale
-//! and the pooling; every op gets operands held elsewhere too, as in a training step, so none
+//! and the pooling (and its linear layer); every op gets operands held elsewhere too, as in a training step, so none
 //! runs in place.
 //!
 //! `cargo bench -p burn-hetero-benches --bench cpu_ops`
@@ -227,4 +227,34 @@ fn max_pool2d_backward<B: Backend>(bencher: Bencher) {
             indices.clone().into_primitive(),
         )
     });
+}
+
+/// The MNIST net's first linear layer at batch 64: `[64, 800] · [800, 500] + [500]`.
+const LINEAR: (usize, usize, usize) = (64, 800, 500);
+
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn linear<B: Backend>(bencher: Bencher) {
+    let (rows, d_in, d_out) = LINEAR;
+    let (x, w, b) = (
+        random::<B, 2>([rows, d_in]),
+        random::<B, 2>([d_in, d_out]),
+        random::<B, 1>([d_out]),
+    );
+    bencher.bench_local(|| B::linear(primitive(&x), primitive(&w), Some(primitive(&b))));
+}
+
+/// Its input gradient, `output_grad · weightᵀ`.
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn linear_x_backward<B: Backend>(bencher: Bencher) {
+    let (rows, d_in, d_out) = LINEAR;
+    let (w, g) = (random::<B, 2>([d_in, d_out]), random::<B, 2>([rows, d_out]));
+    bencher.bench_local(|| B::linear_x_backward(primitive(&w), primitive(&g)));
+}
+
+/// Its weight gradient, `xᵀ · output_grad`.
+#[divan::bench(types = [NdArray, Flex, Hetero])]
+fn linear_weight_backward<B: Backend>(bencher: Bencher) {
+    let (rows, d_in, d_out) = LINEAR;
+    let (x, g) = (random::<B, 2>([rows, d_in]), random::<B, 2>([rows, d_out]));
+    bencher.bench_local(|| B::linear_weight_backward(primitive(&x), primitive(&g)));
 }

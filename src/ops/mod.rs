@@ -1,6 +1,6 @@
 //! The op trait impls of `Hetero`: mechanical forwarding to `C` in [`forwarded`] (generated),
 //! the ops that do real work in [`placed`], and CPU ops rewritten for speed in [`broadcast`],
-//! [`layout`], [`elementwise`], [`channels`], [`pool`] and [`slice`]; [`batch_norm`] holds the fused passes
+//! [`layout`], [`elementwise`], [`channels`], [`matmul`], [`pool`] and [`slice`]; [`batch_norm`] holds the fused passes
 //! of `crate::norm`.
 
 pub(crate) mod batch_norm;
@@ -10,6 +10,7 @@ mod elementwise;
 mod fill;
 mod forwarded;
 pub(crate) mod layout;
+mod matmul;
 pub(crate) mod placed;
 mod pool;
 mod rebind;

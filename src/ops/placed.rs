@@ -245,15 +245,10 @@ fn matmul_on_accelerator<C: Backend>(device: &C::Device) -> bool {
     )
 }
 
-/// `x` as a matrix: every leading dimension folded into the rows.
-fn as_matrix<C: Backend>(x: FloatTensor<C>) -> FloatTensor<C> {
-    let shape = x.shape();
-    let cols = shape[shape.num_dims() - 1];
-    let rows = shape.num_elements() / cols.max(1);
-    C::float_reshape(x, Shape::new([rows, cols]))
-}
+use super::matmul::as_matrix;
 
-/// `[..., d_in] x [d_in, d_out] (+ [d_out])`. On the CPU placement it is `C`'s own op; on the
+/// `[..., d_in] x [d_in, d_out] (+ [d_out])`. On the CPU placement it is [`super::matmul`]'s
+/// threaded product (or `C`'s own op where that does not apply); on the
 /// accelerator it is one matmul of the rows of `x` (placed like `float_matmul`), the bias added
 /// on the CPU.
 pub(crate) fn linear<C: Backend, A: Accelerator>(
@@ -263,7 +258,7 @@ pub(crate) fn linear<C: Backend, A: Accelerator>(
 ) -> FloatTensor<C> {
     if !matmul_on_accelerator::<C>(&C::float_device(&x)) {
         let _timer = profile::CpuOpTimer::start("linear");
-        return C::linear(x, weight, bias);
+        return super::matmul::linear::<C>(x, weight, bias);
     }
     let mut out_shape = x.shape();
     let last = out_shape.num_dims() - 1;
@@ -286,7 +281,7 @@ pub(crate) fn linear_x_backward<C: Backend, A: Accelerator>(
 ) -> FloatTensor<C> {
     if !matmul_on_accelerator::<C>(&C::float_device(&weight)) {
         let _timer = profile::CpuOpTimer::start("linear_x_backward");
-        return C::linear_x_backward(weight, output_grad);
+        return super::matmul::linear_x_backward::<C>(weight, output_grad);
     }
     let mut x_shape = output_grad.shape();
     let last = x_shape.num_dims() - 1;
@@ -305,7 +300,7 @@ pub(crate) fn linear_weight_backward<C: Backend, A: Accelerator>(
 ) -> FloatTensor<C> {
     if !matmul_on_accelerator::<C>(&C::float_device(&x)) {
         let _timer = profile::CpuOpTimer::start("linear_weight_backward");
-        return C::linear_weight_backward(x, output_grad);
+        return super::matmul::linear_weight_backward::<C>(x, output_grad);
     }
     float_matmul::<C, A>(
         C::float_swap_dims(as_matrix::<C>(x), 0, 1),
