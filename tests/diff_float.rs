@@ -1586,8 +1586,12 @@ pub fn flex_pooling_is_identical() {
         ]
     }
     let mut rng = rng_for("flex pooling");
-    let options: [Options; 5] = [
+    // 2x2 at stride 2 has its own loop where every window lies inside the input (the first
+    // option; with odd sizes, a row or column is left over); in ceil mode on odd sizes the
+    // last windows are partial and take the general loop.
+    let options: [Options; 6] = [
         ([2, 2], [2, 2], [0, 0], [1, 1], false),
+        ([2, 2], [2, 2], [0, 0], [1, 1], true),
         ([3, 3], [2, 2], [1, 1], [1, 1], true),
         ([3, 2], [1, 2], [1, 0], [2, 1], false),
         ([2, 2], [3, 3], [1, 1], [1, 1], true),
@@ -1613,6 +1617,37 @@ pub fn flex_pooling_is_identical() {
             }
         }
     }
+    // Indices of another pooling (3x3 windows at stride 2, padding 1: the same output size)
+    // into a 2x2, stride-2 backward: many lie outside their 2x2 window, which its one-pass loop
+    // must notice, scattering then as burn-flex does.
+    fn foreign<B: Backend>(values: &[f32], dims: [usize; 4], grad: &[f32]) -> TensorData {
+        let dev = Default::default();
+        let x = Tensor::<B, 4>::from_data(TensorData::new(values.to_vec(), dims), &dev);
+        let (out, index) =
+            max_pool2d_with_indices(x.clone(), [3, 3], [2, 2], [1, 1], [1, 1], false);
+        let grad = Tensor::<B, 4>::from_data(TensorData::new(grad.to_vec(), out.dims()), &dev);
+        let x_grad = B::max_pool2d_with_indices_backward(
+            x.into_primitive().tensor(),
+            [2, 2],
+            [2, 2],
+            [0, 0],
+            [1, 1],
+            false,
+            grad.into_primitive().tensor(),
+            index.into_primitive(),
+        )
+        .x_grad;
+        Tensor::<B, 4>::from_primitive(burn::tensor::TensorPrimitive::Float(x_grad)).into_data()
+    }
+    let dims = [2, 3, 8, 6];
+    let values = random_vec(&mut rng, dims.iter().product(), -1.0, 1.0);
+    let grad = random_vec(&mut rng, 2 * 3 * 4 * 3, -1.0, 1.0);
+    assert_identical(
+        "max pool backward, foreign indices",
+        0,
+        &foreign::<HF>(&values, dims, &grad),
+        &foreign::<F>(&values, dims, &grad),
+    );
 }
 
 /// Slice assignment on `Hetero<Flex, _>` (its own threaded copy for f32) against burn-flex, bit

@@ -20,6 +20,7 @@ use burn_backend::{Backend, DType};
 use burn_flex::{FlexTensor, Layout};
 use burn_std::{Bytes, Shape};
 use core::mem::MaybeUninit;
+use core::sync::atomic::{AtomicBool, Ordering};
 use rayon::prelude::*;
 
 /// Output values per rayon task at least.
@@ -174,9 +175,9 @@ fn pool(
     }
     let n = geometry.planes * plane_out;
     let index_chunk = if with_indices { plane_out } else { 0 };
-    let pool_plane = |plane: &[f32],
-                      out: &mut [MaybeUninit<f32>],
-                      mut index: Option<&mut [MaybeUninit<i64>]>| {
+    let pool_any_plane = |plane: &[f32],
+                          out: &mut [MaybeUninit<f32>],
+                          mut index: Option<&mut [MaybeUninit<i64>]>| {
         for (oh, &(r0, r1)) in row_ranges.iter().enumerate() {
             for (ow, &(c0, c1)) in col_ranges.iter().enumerate() {
                 let (rows, cols) = (&row_taps[r0..r1], &col_taps[c0..c1]);
@@ -203,6 +204,48 @@ fn pool(
             }
         }
     };
+    // 2x2 windows at stride 2 inside the input (the common pooling): the four taps read
+    // straight from two rows, in the same order and by the same rule, with no tap tables.
+    let two_by_two = [geometry.rows, geometry.cols].iter().all(|a| {
+        a.kernel == 2
+            && a.stride == 2
+            && a.padding == 0
+            && a.dilation == 1
+            && 2 * a.output <= a.input
+    });
+    let pool_plane_2x2 = |plane: &[f32],
+                          out: &mut [MaybeUninit<f32>],
+                          mut index: Option<&mut [MaybeUninit<i64>]>| {
+        let cols = geometry.cols.output;
+        for oh in 0..geometry.rows.output {
+            let top = &plane[2 * oh * width..][..2 * cols];
+            let bottom = &plane[(2 * oh + 1) * width..][..2 * cols];
+            let row_start = (2 * oh * width) as i64;
+            let out_row = &mut out[oh * cols..][..cols];
+            let mut index_row = index.as_deref_mut().map(|i| &mut i[oh * cols..][..cols]);
+            let windows = top.chunks_exact(2).zip(bottom.chunks_exact(2));
+            for (ow, (t, b)) in windows.enumerate() {
+                let (mut best, mut at) = (t[0], 0i64);
+                for (v, offset) in [(t[1], 1), (b[0], width as i64), (b[1], width as i64 + 1)] {
+                    let better = v > best;
+                    best = if better { v } else { best };
+                    at = if better { offset } else { at };
+                }
+                out_row[ow].write(best);
+                if let Some(index_row) = index_row.as_deref_mut() {
+                    index_row[ow].write(row_start + 2 * ow as i64 + at);
+                }
+            }
+        }
+    };
+    let pool_plane =
+        |plane: &[f32], out: &mut [MaybeUninit<f32>], index: Option<&mut [MaybeUninit<i64>]>| {
+            if two_by_two {
+                pool_plane_2x2(plane, out, index)
+            } else {
+                pool_any_plane(plane, out, index)
+            }
+        };
     // Both outputs are written plane by plane across the threads, every element once (no
     // zeroing pass on one thread first).
     let mut indices = Vec::new();
@@ -233,6 +276,46 @@ fn zeroed(slots: &mut [MaybeUninit<f32>]) -> &mut [f32] {
     slots.fill(MaybeUninit::new(0.0));
     // SAFETY: every slot was written just above, and `MaybeUninit<f32>` has `f32`'s layout.
     unsafe { &mut *(slots as *mut [MaybeUninit<f32>] as *mut [f32]) }
+}
+
+/// One plane's input gradient of a 2x2, stride-2 pooling whose windows lie inside the input,
+/// written in one pass: each window's four elements get zero, and its index the gradient
+/// (`0 + g`, as the scatter into zeros computes it, so `-0.0` becomes `0.0` alike); elements
+/// in no window get zero. False, with the plane partly written, when an index is not in its
+/// own window (then the caller scatters).
+fn windows_2x2_backward(
+    plane: &mut [MaybeUninit<f32>],
+    grad: &[f32],
+    index: &[i64],
+    width: usize,
+    rows_out: usize,
+    cols_out: usize,
+) -> bool {
+    let offsets = [0, 1, width as i64, width as i64 + 1];
+    for oh in 0..rows_out {
+        let top = 2 * oh * width;
+        for ow in 0..cols_out {
+            let k = oh * cols_out + ow;
+            let corner = top + 2 * ow;
+            let at = index[k] - corner as i64;
+            if index[k] >= 0 && !offsets.contains(&at) {
+                return false;
+            }
+            for offset in offsets {
+                let value = if offset == at { 0.0 + grad[k] } else { 0.0 };
+                plane[corner + offset as usize].write(value);
+            }
+        }
+        for row in [top, top + width] {
+            for slot in &mut plane[row + 2 * cols_out..row + width] {
+                slot.write(0.0);
+            }
+        }
+    }
+    for slot in &mut plane[2 * rows_out * width..] {
+        slot.write(0.0);
+    }
+    true
 }
 
 /// Pooling parameters as Burn passes them: kernel, stride, padding, dilation, ceil mode.
@@ -329,12 +412,19 @@ pub(crate) fn max_pool2d_with_indices_backward<C: Backend>(
     };
     let plane_in = dims[2] * dims[3];
     let plane_out = grad.layout().shape()[2] * grad.layout().shape()[3];
-    if at.iter().any(|&i| i >= plane_in as i64) {
-        return fallback(x, flex_into_primitive(grad), flex_into_primitive(index));
-    }
     let planes = dims[0] * dims[1];
-    // Each plane is zeroed by the task that adds into it (a zeroed allocation would be
-    // cleared on one thread first); with no outputs, no task runs and nothing is added.
+    let (rows_out, cols_out) = (grad.layout().shape()[2], grad.layout().shape()[3]);
+    // 2x2 windows at stride 2 inside the input: each input element is in one window at most.
+    let two_by_two = kernel == [2, 2]
+        && stride == [2, 2]
+        && padding == [0, 0]
+        && dilation == [1, 1]
+        && 2 * rows_out <= dims[2]
+        && 2 * cols_out <= dims[3];
+    // Each plane is written by one task (a zeroed allocation would be cleared on one thread
+    // first); with no outputs, no task runs and nothing is added. An index past its plane (not
+    // one pooling writes) is noted by its task, and the call is then burn-flex's.
+    let out_of_plane = AtomicBool::new(false);
     let out = if plane_out == 0 {
         vec![0f32; planes * plane_in]
     } else {
@@ -346,15 +436,24 @@ pub(crate) fn max_pool2d_with_indices_backward<C: Backend>(
                 )
                 .with_min_len((MIN_TASK / plane_in.max(1)).max(1))
                 .for_each(|(o, (g, i))| {
+                    if two_by_two && windows_2x2_backward(o, g, i, dims[3], rows_out, cols_out) {
+                        return;
+                    }
                     let o = zeroed(o);
                     for (&g, &i) in g.iter().zip(i) {
                         if i >= 0 {
-                            o[i as usize] += g;
+                            match o.get_mut(i as usize) {
+                                Some(slot) => *slot += g,
+                                None => out_of_plane.store(true, Ordering::Relaxed),
+                            }
                         }
                     }
                 });
         })
     };
+    if out_of_plane.into_inner() {
+        return fallback(x, flex_into_primitive(grad), flex_into_primitive(index));
+    }
     MaxPool2dBackward {
         x_grad: flex_into_primitive(dense(out, dims, DType::F32)),
     }
