@@ -78,6 +78,16 @@ impl Axis {
         })
     }
 
+    /// Whether the windows are 2 wide at stride 2, with no padding or dilation, each inside the
+    /// input (the case the 2x2 loops take).
+    fn windows_2x2_inside(&self) -> bool {
+        self.kernel == 2
+            && self.stride == 2
+            && self.padding == 0
+            && self.dilation == 1
+            && 2 * self.output <= self.input
+    }
+
     /// [`Self::taps`] of every output, flattened, with each output's range in it.
     fn tap_table(&self) -> (Vec<usize>, Vec<(usize, usize)>) {
         let (mut taps, mut ranges) = (Vec::new(), Vec::with_capacity(self.output));
@@ -206,13 +216,7 @@ fn pool(
     };
     // 2x2 windows at stride 2 inside the input (the common pooling): the four taps read
     // straight from two rows, in the same order and by the same rule, with no tap tables.
-    let two_by_two = [geometry.rows, geometry.cols].iter().all(|a| {
-        a.kernel == 2
-            && a.stride == 2
-            && a.padding == 0
-            && a.dilation == 1
-            && 2 * a.output <= a.input
-    });
+    let two_by_two = geometry.rows.windows_2x2_inside() && geometry.cols.windows_2x2_inside();
     let pool_plane_2x2 = |plane: &[f32],
                           out: &mut [MaybeUninit<f32>],
                           mut index: Option<&mut [MaybeUninit<i64>]>| {
@@ -415,12 +419,16 @@ pub(crate) fn max_pool2d_with_indices_backward<C: Backend>(
     let planes = dims[0] * dims[1];
     let (rows_out, cols_out) = (grad.layout().shape()[2], grad.layout().shape()[3]);
     // 2x2 windows at stride 2 inside the input: each input element is in one window at most.
-    let two_by_two = kernel == [2, 2]
-        && stride == [2, 2]
-        && padding == [0, 0]
-        && dilation == [1, 1]
-        && 2 * rows_out <= dims[2]
-        && 2 * cols_out <= dims[3];
+    let axis = |i: usize, output: usize| Axis {
+        input: dims[2 + i],
+        kernel: kernel[i],
+        stride: stride[i],
+        padding: padding[i],
+        dilation: dilation[i],
+        output,
+    };
+    let two_by_two =
+        axis(0, rows_out).windows_2x2_inside() && axis(1, cols_out).windows_2x2_inside();
     // Each plane is written by one task (a zeroed allocation would be cleared on one thread
     // first); with no outputs, no task runs and nothing is added. An index past its plane (not
     // one pooling writes) is noted by its task, and the call is then burn-flex's.
