@@ -14,6 +14,7 @@ mod paired;
 mod pinned;
 mod placement;
 pub mod profile;
+pub mod spin;
 mod stats;
 #[cfg(feature = "trace-ops")]
 mod trace;

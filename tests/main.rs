@@ -81,4 +81,5 @@ mod batch_norm;
 mod conv_numerics;
 mod model;
 mod placement;
+mod pool_spin;
 mod training;
