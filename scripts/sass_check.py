@@ -37,6 +37,16 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     seen = set()
     rows = []
+    # Rows are printed as each kernel is compiled, so that a run cut short keeps what it did.
+    print("| kernel | file | ptxas | " + " | ".join(COUNTED) + " |")
+    print("|---|---|---|" + "---:|" * len(COUNTED), flush=True)
+
+    def emit(name, stem, info, counts):
+        rows.append(name)
+        short = name if len(name) < 90 else name[:87] + "..."
+        print(f"| {short} | {stem} | {info} | "
+              + " | ".join(str(counts.get(k, 0)) for k in COUNTED) + " |", flush=True)
+
     for name, source in kernels(log):
         if not any(k in name for k in OURS) or source in seen:
             continue
@@ -50,7 +60,7 @@ def main():
              "-o", str(cubin), str(cu)],
             capture_output=True, text=True)
         if build.returncode != 0:
-            rows.append((name, stem, "nvcc failed: " + build.stderr.strip().splitlines()[-1], {}))
+            emit(name, stem, "nvcc failed: " + build.stderr.strip().splitlines()[-1], {})
             continue
         usage = re.search(r"Used (\d+) registers", build.stderr)
         spill = re.search(r"(\d+) bytes spill stores", build.stderr)
@@ -64,13 +74,7 @@ def main():
                 counts[m.group(1)] += 1
         regs = usage.group(1) if usage else "?"
         spills = spill.group(1) if spill else "?"
-        rows.append((name, stem, f"{regs} regs, {spills} B spilled", counts))
-    print("| kernel | file | ptxas | " + " | ".join(COUNTED) + " |")
-    print("|---|---|---|" + "---:|" * len(COUNTED))
-    for name, stem, info, counts in rows:
-        short = name if len(name) < 90 else name[:87] + "..."
-        print(f"| {short} | {stem} | {info} | "
-              + " | ".join(str(counts.get(k, 0)) for k in COUNTED) + " |")
+        emit(name, stem, f"{regs} regs, {spills} B spilled", counts)
     if not rows:
         print("no conv kernel of ours in the log")
         sys.exit(1)
