@@ -38,6 +38,26 @@ fn relu<B: Backend>(bencher: Bencher) {
     bencher.bench_local(|| burn::tensor::activation::relu(x.clone()));
 }
 
+/// The same ReLU (of the MNIST net's first activation) after the calling thread has worked
+/// alone for 1 ms, as between the CPU ops of a training step: rayon's idle workers asleep by
+/// then (`false`), or kept spinning by `burn_hetero::spin` (`true`, as the backend does while
+/// offloaded ops keep coming). The difference is the cost of waking the pool.
+#[divan::bench(args = [false, true], sample_size = 1, sample_count = 300)]
+fn relu_after_idle(bencher: Bencher, spinning: bool) {
+    let x = random::<Hetero, 4>([64, 20, 24, 24]);
+    bencher
+        .with_inputs(|| {
+            if spinning {
+                burn_hetero::spin::keep_workers_spinning(std::time::Duration::from_millis(50));
+            }
+            let start = std::time::Instant::now();
+            while start.elapsed() < std::time::Duration::from_millis(1) {
+                std::hint::spin_loop();
+            }
+        })
+        .bench_local_values(|()| burn::tensor::activation::relu(x.clone()));
+}
+
 #[divan::bench(types = [NdArray, Flex, Hetero])]
 fn relu_backward<B: Backend>(bencher: Bencher) {
     let output = burn::tensor::activation::relu(random::<B, 4>(SHAPE));
