@@ -57,8 +57,7 @@ pub trait Accelerator: Backend {
     /// and the wait is for these results only). The default reads them at once, with
     /// [`Self::accel_download_all`].
     fn accel_download_later(tensors: Vec<FloatTensor<Self>>) -> Result<Download, String> {
-        let datas = Self::accel_download_all(tensors);
-        Ok(Box::new(move || datas))
+        Ok(already_read(Self::accel_download_all(tensors)))
     }
 
     /// Called as an offloaded op starts, before its uploads: a backend whose device is driven
@@ -158,6 +157,17 @@ fn pinned_upload<R: CubeRuntime>(
 /// Dense tensors of one device read back flat, in one call (one wait for the device).
 fn read_dense<R: CubeRuntime>(tensors: Vec<CubeTensor<R>>) -> Result<Vec<TensorData>, String> {
     read_dense_later(tensors)()
+}
+
+/// A [`Download`] of results read already.
+fn already_read(datas: Result<Vec<TensorData>, String>) -> Download {
+    Box::new(move || datas)
+}
+
+/// Whether `tensors` are dense and on one device: then one call reads them all.
+fn dense_on_one_device<R: CubeRuntime>(tensors: &[CubeTensor<R>]) -> bool {
+    tensors.windows(2).all(|w| w[0].device == w[1].device)
+        && tensors.iter().all(|t| t.is_contiguous())
 }
 
 /// [`read_dense`], the copies queued on the device now and waited for by the returned closure.
@@ -343,8 +353,7 @@ where
     /// Dense results of one device are read in one call (one wait for the device); others one
     /// by one.
     fn accel_download_all(tensors: Vec<FloatTensor<Self>>) -> Result<Vec<TensorData>, String> {
-        let one_device = tensors.windows(2).all(|w| w[0].device == w[1].device);
-        if one_device && tensors.iter().all(|t| t.is_contiguous()) {
+        if dense_on_one_device(&tensors) {
             return read_dense(tensors);
         }
         tensors.into_iter().map(Self::accel_download).collect()
@@ -352,12 +361,10 @@ where
 
     /// Dense results of one device: their copies queued now, in one call; others read at once.
     fn accel_download_later(tensors: Vec<FloatTensor<Self>>) -> Result<Download, String> {
-        let one_device = tensors.windows(2).all(|w| w[0].device == w[1].device);
-        if one_device && tensors.iter().all(|t| t.is_contiguous()) {
+        if dense_on_one_device(&tensors) {
             return Ok(read_dense_later(tensors));
         }
-        let datas = Self::accel_download_all(tensors);
-        Ok(Box::new(move || datas))
+        Ok(already_read(Self::accel_download_all(tensors)))
     }
 
     /// CubeCL's device thread sleeps when idle; the op's read would wait for it to wake.
