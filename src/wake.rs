@@ -197,9 +197,8 @@ fn flush(handles: &mut Vec<(DeviceId, DeviceHandle<Waker>)>, device: DeviceId) {
 
 /// [`wake`], and where the mode and the cores allow it, the device kept awake by the keeper
 /// and rayon's workers kept spinning (`crate::spin`) while offloaded ops keep coming (see the
-/// module's doc). For runtimes whose device thread
-/// drives a real GPU: on a CPU-emulated device (lavapipe) a spinning thread would take the
-/// emulator's cores.
+/// module's doc). For runtimes whose device thread drives a real GPU: on a CPU-emulated device
+/// (lavapipe) a spinning thread would take the emulator's cores.
 pub(crate) fn wake_and_keep(device: DeviceId) {
     wake(device);
     if mode() == Mode::KeepAwake && !DeviceHandle::<Waker>::is_blocking() && core_to_spare() {

