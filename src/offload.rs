@@ -211,7 +211,7 @@ fn run_on_cpu<C: Backend>(
 
 /// Uploads, launches and reads back every part, in that order, each part's time and bytes in
 /// its own counters. Parts to be read later are launched after the others' read is queued and
-/// come back as tensors whose bytes arrive on first access (see [`deferred`]); while profiling,
+/// come back as tensors whose bytes arrive on first access (see [`deferred`]); in a synced profile,
 /// every part is read at once, to time it.
 fn offload<C: Backend, A: Accelerator>(
     parts: Vec<Part<'_, C, A>>,
@@ -220,13 +220,17 @@ fn offload<C: Backend, A: Accelerator>(
     accel_device: &A::Device,
     strict: bool,
 ) -> Result<Vec<(FloatTensor<C>, OpCounters)>, String> {
-    // Syncing between the phases only attributes their time (profiling); otherwise the read
-    // below waits for the whole chain and reports any failure in it.
-    let profiling = profile::profiling();
+    // Syncing between the phases only attributes their time (a synced profile); otherwise the
+    // read below waits for the whole chain and reports any failure in it.
+    let syncing = profile::syncing();
     injection_point();
     // Results left for later by the previous op are in by now; taking them frees their
     // operands and staging memory before this op needs more.
+    let settling = profile::profiling().then(Instant::now);
     deferred::settle_all();
+    if let Some(start) = settling {
+        profile::record_deferred_wait(start.elapsed());
+    }
     A::accel_wake(accel_device);
     let mut launches = Vec::with_capacity(parts.len());
     for part in parts {
@@ -244,12 +248,12 @@ fn offload<C: Backend, A: Accelerator>(
             accel_device,
             &mut counters,
         )?;
-        if profiling {
+        if syncing {
             let start = Instant::now();
             A::sync(accel_device).map_err(|e| format!("upload failed: {e}"))?;
             counters.upload += start.elapsed();
         }
-        let later = part.read_later.filter(|_| !profiling);
+        let later = part.read_later.filter(|_| !syncing);
         let out = Out::<C> {
             op: part.placed.op,
             dtype: part.placed.out_dtype,
@@ -269,16 +273,16 @@ fn offload<C: Backend, A: Accelerator>(
     for (index, (launch, uploaded, mut counters, out)) in now {
         let start = Instant::now();
         outs.push(launch(uploaded, accel_device)?);
-        if profiling {
+        if syncing {
             A::sync(accel_device).map_err(|e| format!("kernel failed: {e}"))?;
         }
         counters.compute += start.elapsed();
         meta.push((index, counters, out));
     }
 
-    // One read for all results; while profiling, one per part, to time each.
+    // One read for all results; in a synced profile, one per part, to time each.
     let mut datas = Vec::with_capacity(outs.len());
-    if profiling {
+    if syncing {
         for (out, (_, counters, _)) in outs.into_iter().zip(&mut meta) {
             let start = Instant::now();
             let data = A::accel_download(out).map_err(|e| format!("download failed: {e}"))?;

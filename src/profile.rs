@@ -4,7 +4,10 @@
 //! Off by default, because attributing an offloaded op's time to its upload, kernel and download
 //! needs a device sync between them, which costs a round trip each. With profiling off the op
 //! syncs only by reading its result back, and [`crate::stats`]' phase split only says how long
-//! each phase took to be queued.
+//! each phase took to be queued. An unsynced profile ([`set_profile_synced`]`(false)`) records
+//! the same rows without those syncs: the steps run as they do without a profile, and the
+//! profile's wall time, set against the conv phases and the CPU ops, says how much of a step
+//! is spent outside the backend's ops (model code, autodiff, the optimizer's bookkeeping).
 //!
 //! Layers are numbered by the order of their forward convs within a training step. A step
 //! starts at a forward conv that follows a backward conv, or that has the shape of the step's
@@ -22,15 +25,43 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
+static SYNCED: AtomicBool = AtomicBool::new(true);
 
-/// Turns profiling on or off for every `Hetero` backend in this process.
+/// Turns profiling on or off for every `Hetero` backend in this process. The profile's wall
+/// time ([`Profile::wall`]) counts while it is on.
 pub fn set_profiling(on: bool) {
-    ENABLED.store(on, Ordering::Relaxed);
+    let was = ENABLED.swap(on, Ordering::Relaxed);
+    if was != on {
+        with_state(|s| match (on, s.since.take()) {
+            (true, _) => s.since = Some(Instant::now()),
+            (false, Some(since)) => s.wall += since.elapsed(),
+            (false, None) => {}
+        });
+    }
 }
 
 /// Whether profiling is on.
 pub fn profiling() -> bool {
     ENABLED.load(Ordering::Relaxed)
+}
+
+/// Whether a profile syncs the accelerator between an offloaded op's upload, kernel and
+/// download to time each (the default), or only records the op as it runs unprofiled: then
+/// results are read back as without a profile (a conv's weight gradient after the call
+/// returns), the upload and kernel times are the time to queue them, and the download time
+/// holds the wait for the device.
+pub fn set_profile_synced(synced: bool) {
+    SYNCED.store(synced, Ordering::Relaxed);
+}
+
+/// Whether profiles sync between phases, see [`set_profile_synced`].
+pub fn profile_synced() -> bool {
+    SYNCED.load(Ordering::Relaxed)
+}
+
+/// Whether an offloaded op syncs between its phases now: profiling, synced.
+pub(crate) fn syncing() -> bool {
+    profiling() && profile_synced()
 }
 
 /// The shape of one conv: input and weight shapes and the options, which together identify a
@@ -192,6 +223,20 @@ pub struct Profile {
     pub cpu_op_operands: Vec<CpuOpOperands>,
     /// The uploads that went through pinned staging (part of the conv phases' upload time).
     pub staged_uploads: StagedUploads,
+    /// Wall time with profiling on since the last [`reset_profile`]: the conv phases, the CPU
+    /// ops, and everything between them.
+    pub wall: Duration,
+    /// Time offloaded ops waited, as they started, for results of earlier ones read after
+    /// their call returned (a conv's weight gradient: the counters' `read later`); in none of
+    /// the conv phases. A CPU op that touches such a result first waits inside its
+    /// own time instead.
+    pub deferred_wait: Duration,
+    /// Time the profile itself spent naming operands for [`Self::cpu_op_operands`] (part of
+    /// [`Self::wall`], in none of the ops).
+    pub overhead: Duration,
+    /// Whether the accelerator was synced between phases ([`profile_synced`] when the
+    /// snapshot was taken).
+    pub synced: bool,
 }
 
 impl Profile {
@@ -200,6 +245,42 @@ impl Profile {
         (
             self.layers.iter().map(|l| l.counters.total_time()).sum(),
             self.cpu_ops.iter().map(|o| o.time).sum(),
+        )
+    }
+
+    /// Wall time in neither the conv phases nor the CPU ops nor the profile's own bookkeeping:
+    /// the model's code, autodiff and the optimizer outside the backend, data batching.
+    pub fn outside_ops(&self) -> Duration {
+        let (convs, cpu_ops) = self.totals();
+        self.wall
+            .saturating_sub(convs + cpu_ops + self.deferred_wait + self.overhead)
+    }
+
+    /// One line: the wall time and how it splits into conv phases, CPU ops and the rest.
+    pub fn summary(&self) -> String {
+        let (convs, cpu_ops) = self.totals();
+        let s = |d: Duration| d.as_secs_f64();
+        let share = |d: Duration| 100.0 * s(d) / s(self.wall).max(1e-12);
+        format!(
+            "profile ({}): {:.2} s of wall time: conv phases {:.2} s ({:.0}%), waiting for \
+             results read later {:.2} s ({:.0}%), other CPU-backend ops {:.2} s ({:.0}%), \
+             outside the backend's ops {:.2} s ({:.0}%: model code, autodiff, the optimizer's \
+             bookkeeping, data), naming operands {:.2} s",
+            if self.synced {
+                "synced between phases"
+            } else {
+                "unsynced"
+            },
+            s(self.wall),
+            s(convs),
+            share(convs),
+            s(self.deferred_wait),
+            share(self.deferred_wait),
+            s(cpu_ops),
+            share(cpu_ops),
+            s(self.outside_ops()),
+            share(self.outside_ops()),
+            s(self.overhead),
         )
     }
 }
@@ -334,6 +415,14 @@ struct State {
     backward_seen: bool,
     /// Gradient calls of each (signature, phase) in the current step.
     backward_calls: BTreeMap<(ConvSignature, OpKind), usize>,
+    /// Wall time with profiling on, up to `since`.
+    wall: Duration,
+    /// When profiling was last turned on, while it is on.
+    since: Option<Instant>,
+    /// Time spent naming operands.
+    overhead: Duration,
+    /// Time offloaded ops waited for results read later.
+    deferred_wait: Duration,
 }
 
 impl State {
@@ -419,13 +508,22 @@ pub fn profile() -> Profile {
             cpu_ops,
             cpu_op_operands,
             staged_uploads: s.staged_uploads,
+            wall: s.wall + s.since.map_or(Duration::ZERO, |t| t.elapsed()),
+            deferred_wait: s.deferred_wait,
+            overhead: s.overhead,
+            synced: profile_synced(),
         }
     })
 }
 
-/// Clears the profile (and the step bookkeeping).
+/// Clears the profile (and the step bookkeeping); the wall time starts again from now.
 pub fn reset_profile() {
-    with_state(|s| *s = State::default());
+    with_state(|s| {
+        *s = State {
+            since: profiling().then(Instant::now),
+            ..State::default()
+        }
+    });
 }
 
 pub(crate) fn record_conv(op: OpKind, signature: &ConvSignature, ran: Ran, counters: OpCounters) {
@@ -443,8 +541,23 @@ pub(crate) fn record_staged_upload(upload: &StagedUploads) {
     with_state(|s| s.staged_uploads.add(upload));
 }
 
+pub(crate) fn record_deferred_wait(elapsed: Duration) {
+    with_state(|s| s.deferred_wait += elapsed);
+}
+
 pub(crate) fn record_cpu_op(name: &'static str, operands: Option<String>, elapsed: Duration) {
+    record_cpu_op_named(name, operands, elapsed, Duration::ZERO);
+}
+
+/// Like [`record_cpu_op`], also adding the time spent naming the operands to the overhead.
+fn record_cpu_op_named(
+    name: &'static str,
+    operands: Option<String>,
+    elapsed: Duration,
+    naming: Duration,
+) {
     with_state(|s| {
+        s.overhead += naming;
         let entry = s.cpu_ops.entry(name).or_default();
         entry.0 += 1;
         entry.1 += elapsed;
@@ -474,13 +587,26 @@ pub(crate) fn describe_operand<T: TensorMetadata + 'static>(tensor: &T) -> Strin
 
 /// Times one op of the CPU backend while profiling is on (a no-op otherwise).
 pub(crate) struct CpuOpTimer {
-    started: Option<(&'static str, Option<String>, Instant)>,
+    started: Option<StartedOp>,
+}
+
+/// An op being timed: its name, its operands as named, the time naming them took, its start.
+struct StartedOp {
+    name: &'static str,
+    operands: Option<String>,
+    naming: Duration,
+    start: Instant,
 }
 
 impl CpuOpTimer {
     pub(crate) fn start(name: &'static str) -> Self {
         Self {
-            started: profiling().then(|| (name, None, Instant::now())),
+            started: profiling().then(|| StartedOp {
+                name,
+                operands: None,
+                naming: Duration::ZERO,
+                start: Instant::now(),
+            }),
         }
     }
 
@@ -488,15 +614,25 @@ impl CpuOpTimer {
     /// while profiling).
     pub(crate) fn start_with(name: &'static str, describe: impl FnOnce() -> Vec<String>) -> Self {
         Self {
-            started: profiling().then(|| (name, Some(describe().join(" · ")), Instant::now())),
+            started: profiling().then(|| {
+                let naming = Instant::now();
+                let operands = Some(describe().join(" · "));
+                let start = Instant::now();
+                StartedOp {
+                    name,
+                    operands,
+                    naming: start - naming,
+                    start,
+                }
+            }),
         }
     }
 }
 
 impl Drop for CpuOpTimer {
     fn drop(&mut self) {
-        if let Some((name, operands, start)) = self.started.take() {
-            record_cpu_op(name, operands, start.elapsed());
+        if let Some(op) = self.started.take() {
+            record_cpu_op_named(op.name, op.operands, op.start.elapsed(), op.naming);
         }
     }
 }

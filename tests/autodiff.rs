@@ -47,6 +47,88 @@ fn grads<B: AutodiffBackend>(seed_name: &str, average_pool: bool) -> (f32, Vec<V
     (value, collector.out.into_iter().map(|(_, v)| v).collect())
 }
 
+/// Two training steps of the small CNN on `Hetero<Flex, _>`, profiled synced and unsynced: the
+/// same rows either way; unsynced, the weight gradients are read after their call returns, as
+/// without a profile (synced, each is read at once to time it); the wall time counts only
+/// while profiling is on and holds the conv phases and the CPU ops.
+#[test]
+fn unsynced_profile_reads_as_an_unprofiled_run() {
+    use burn_hetero::profile;
+    use std::time::{Duration, Instant};
+    type HF = burn_hetero::Hetero<burn_flex::Flex, Accel>;
+    let _s = settings(HeteroConfig::default());
+    let flex_device = burn_flex::FlexDevice;
+    let place = Placement::accelerator(Precision::F16);
+    HF::configure(
+        &flex_device,
+        HeteroConfig::cpu_only().with_convs(place).with_strict(true),
+    );
+    let mut runs = Vec::new();
+    for synced in [true, false] {
+        profile::set_profile_synced(synced);
+        profile::reset_profile();
+        profile::set_profiling(true);
+        let before = burn_hetero::stats();
+        let started = Instant::now();
+        for _ in 0..2 {
+            grads::<Autodiff<HF>>("unsynced profile", false);
+        }
+        let elapsed = started.elapsed();
+        profile::set_profiling(false);
+        let delta = burn_hetero::stats().since(&before);
+        // Not counted: profiling is off.
+        std::thread::sleep(Duration::from_millis(40));
+        runs.push((profile::profile(), delta, elapsed));
+    }
+    profile::set_profile_synced(true);
+    profile::reset_profile();
+    HF::configure(&flex_device, HeteroConfig::default());
+    let rows = |p: &profile::Profile| -> Vec<(usize, OpKind, u64)> {
+        p.layers
+            .iter()
+            .map(|l| (l.layer, l.op, l.counters.calls))
+            .collect()
+    };
+    let deferred = |s: &burn_hetero::Stats| s.total(OpKind::Conv2dWeightGrad).deferred_reads;
+    let (synced, synced_stats, _) = &runs[0];
+    let (unsynced, unsynced_stats, elapsed) = &runs[1];
+    assert_eq!(rows(synced), rows(unsynced), "\n{synced}\n{unsynced}");
+    assert_eq!(rows(unsynced).len(), 5, "\n{unsynced}");
+    assert!(synced.synced && !unsynced.synced);
+    assert_eq!(deferred(synced_stats), 0, "{synced_stats}");
+    // Both convs' weight gradients in each of the two steps.
+    assert_eq!(deferred(unsynced_stats), 4, "{unsynced_stats}");
+    let (convs, cpu_ops) = unsynced.totals();
+    assert!(!convs.is_zero() && !cpu_ops.is_zero(), "\n{unsynced}");
+    assert!(
+        unsynced.wall >= convs + cpu_ops + unsynced.deferred_wait + unsynced.overhead,
+        "wall {:?}, conv phases {convs:?}, CPU ops {cpu_ops:?}",
+        unsynced.wall
+    );
+    assert!(
+        unsynced.wall <= *elapsed + Duration::from_millis(20),
+        "wall {:?} against {elapsed:?} timed: the time with profiling off was counted",
+        unsynced.wall
+    );
+    assert_eq!(
+        unsynced.outside_ops(),
+        unsynced.wall - convs - cpu_ops - unsynced.deferred_wait - unsynced.overhead
+    );
+    // Synced, every result is in when its op returns: nothing to wait for later.
+    assert!(!unsynced.deferred_wait.is_zero());
+    assert!(
+        synced.deferred_wait < Duration::from_millis(1),
+        "{:?}",
+        synced.deferred_wait
+    );
+    assert!(unsynced.summary().starts_with("profile (unsynced): "));
+    assert!(
+        synced
+            .summary()
+            .starts_with("profile (synced between phases): ")
+    );
+}
+
 /// ||a - b|| / max(||b||, floor).
 fn err_with_floor(a: &[f32], b: &[f32], floor: f64) -> f64 {
     let diff: f64 = a

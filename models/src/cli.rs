@@ -225,6 +225,12 @@ pub struct TrainArgs {
     /// Also write the profile's conv phases as a stacked bar chart (SVG) to FILE.
     #[arg(long, value_name = "FILE")]
     pub profile_chart: Option<PathBuf>,
+    /// Profile without syncing the accelerator between phases (implies --profile): the steps
+    /// run as they do unprofiled, so the split of a step's wall time into conv phases, CPU ops
+    /// and the rest is that of a plain run; upload and kernel times are then the time to queue
+    /// them, and the download time holds the wait for the device.
+    #[arg(long)]
+    pub profile_unsynced: bool,
 }
 
 /// Why the program failed: each is one clear message and a non-zero exit.
@@ -480,9 +486,13 @@ fn load_data(args: &TrainArgs) -> Result<TrainData, CliError> {
 }
 
 fn train_command(args: &TrainArgs) -> Result<Outcome, CliError> {
-    if (args.profile || args.profile_chart.is_some()) && args.backend != BackendName::Hetero {
+    if (args.profile || args.profile_chart.is_some() || args.profile_unsynced)
+        && args.backend != BackendName::Hetero
+    {
         return Err(CliError::Usage(
-            "--profile and --profile-chart profile the hetero backend: use --backend hetero".into(),
+            "--profile, --profile-unsynced and --profile-chart profile the hetero backend: use \
+             --backend hetero"
+                .into(),
         ));
     }
     let settings = settings(args)?;
@@ -754,7 +764,7 @@ where
         });
     }
 
-    let profiling = args.profile || args.profile_chart.is_some();
+    let profiling = args.profile || args.profile_chart.is_some() || args.profile_unsynced;
     // Created before training, so that a bad path fails now and not after a long run.
     let chart_file = args
         .profile_chart
@@ -765,6 +775,7 @@ where
         })
         .transpose()?;
     if profiling {
+        burn_hetero::profile::set_profile_synced(!args.profile_unsynced);
         burn_hetero::profile::reset_profile();
         burn_hetero::profile::set_profiling(true);
     }
@@ -799,20 +810,18 @@ where
             started.elapsed().as_secs_f64()
         );
     }
+    if report.step_phases.steps > 0 {
+        println!("{}", report.step_phases.summary());
+    }
     for line in placement_lines(&used) {
         println!("{line}");
     }
     if profiling {
         let profile = burn_hetero::profile::profile();
-        let (convs, cpu_ops) = profile.totals();
         if profile.layers.is_empty() && profile.cpu_ops.is_empty() {
             println!("profile: nothing recorded (the run did not use the hetero backend)");
         } else {
-            println!(
-                "\nprofile: conv phases {:.1} s, other CPU-backend ops {:.1} s\n\n{profile}",
-                convs.as_secs_f64(),
-                cpu_ops.as_secs_f64()
-            );
+            println!("\n{}\n\n{profile}", profile.summary());
         }
         if let (Some(mut file), Some(path)) = (chart_file, &args.profile_chart) {
             use std::io::Write;

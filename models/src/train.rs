@@ -173,12 +173,46 @@ pub struct TrainReport {
     pub median_step: Duration,
     /// Wall time of every training step, in order (the first compiles the kernels).
     pub step_times: Vec<Duration>,
+    /// Where the training steps after the first spent their time, summed.
+    pub step_phases: StepPhases,
     /// Training examples per second over the training steps.
     pub examples_per_second: f64,
     /// Held-out loss and accuracy of the final model.
     pub final_test: Option<(f64, f64)>,
     /// Checkpoints written.
     pub saved: Vec<PathBuf>,
+}
+
+/// A training step's wall time by phase, summed over steps. Each phase holds the backend ops it
+/// runs: the forward the conv forwards, the backward the gradients.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepPhases {
+    /// Steps summed.
+    pub steps: usize,
+    /// Building the batch: augmentation, normalisation, the tensors.
+    pub batch: Duration,
+    /// The forward pass and the loss, up to reading the loss value.
+    pub forward: Duration,
+    /// Backpropagation and collecting the gradients.
+    pub backward: Duration,
+    /// The optimizer's update of the parameters.
+    pub optimizer: Duration,
+}
+
+impl StepPhases {
+    /// One line: the mean milliseconds per step of each phase.
+    pub fn summary(&self) -> String {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3 / self.steps.max(1) as f64;
+        format!(
+            "step phases (ms per step, mean of {} steps after the first): batch {:.2}, forward \
+             and loss {:.2}, backward {:.2}, optimizer {:.2}",
+            self.steps,
+            ms(self.batch),
+            ms(self.forward),
+            ms(self.backward),
+            ms(self.optimizer)
+        )
+    }
 }
 
 /// The model evaluated on held-out data: mean loss and accuracy.
@@ -288,6 +322,7 @@ where
 
     let mut report = TrainReport::default();
     let mut step_times = Vec::new();
+    let mut step_phases = StepPhases::default();
     let mut examples_trained = 0usize;
     let epochs = if job.dry_run {
         start_epoch + 1
@@ -315,11 +350,22 @@ where
             let (images, targets) = data
                 .train_batcher
                 .augmented_batch::<B, _, _>(&examples, &mut rng, device);
+            let batched = Instant::now();
             let loss = model.loss(model.forward(images), targets);
             let loss_value = loss.clone().into_scalar().elem::<f64>();
+            let forwarded = Instant::now();
             let grads = GradientsParams::from_grads(loss.backward(), &model);
+            let backwarded = Instant::now();
             model = optimizer.step(lr, model, grads);
-            step_times.push(started.elapsed());
+            let done = Instant::now();
+            step_times.push(done - started);
+            if step_times.len() > 1 {
+                step_phases.steps += 1;
+                step_phases.batch += batched - started;
+                step_phases.forward += forwarded - batched;
+                step_phases.backward += backwarded - forwarded;
+                step_phases.optimizer += done - backwarded;
+            }
             // The run's first step compiles (and may autotune) every kernel: a profile of the
             // steady state starts after it (a dry run has only that step).
             if step_times.len() == 1 && !job.dry_run && burn_hetero::profile::profiling() {
@@ -411,6 +457,7 @@ where
 
     let total: Duration = step_times.iter().sum();
     report.step_times = step_times.clone();
+    report.step_phases = step_phases;
     step_times.sort();
     report.median_step = step_times
         .get(step_times.len() / 2)

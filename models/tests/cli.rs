@@ -353,11 +353,13 @@ fn profile_chart_shows_every_conv_phase_by_layer() {
         matches!(&err, CliError::Output(m) if m.contains("missing-dir")),
         "{err}"
     );
-    let err = failure(&["mnist", "--backend", "cpu", "--profile"]);
-    assert!(
-        matches!(&err, CliError::Usage(m) if m.contains("--backend hetero")),
-        "{err}"
-    );
+    for flag in ["--profile", "--profile-unsynced"] {
+        let err = failure(&["mnist", "--backend", "cpu", flag]);
+        assert!(
+            matches!(&err, CliError::Usage(m) if m.contains("--backend hetero")),
+            "{flag}: {err}"
+        );
+    }
 }
 
 /// The ResNets' default milestones (half and three quarters of the epochs) never fall before the
