@@ -9,6 +9,7 @@ mod fallback;
 pub mod norm;
 mod offload;
 mod ops;
+pub mod optim;
 mod paired;
 #[cfg(feature = "cuda")]
 mod pinned;

@@ -80,6 +80,7 @@ mod autodiff;
 mod batch_norm;
 mod conv_numerics;
 mod model;
+mod optim;
 mod placement;
 mod pool_spin;
 mod training;

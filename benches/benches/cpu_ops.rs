@@ -278,3 +278,34 @@ fn linear_weight_backward<B: Backend>(bencher: Bencher) {
     let (x, g) = (random::<B, 2>([rows, d_in]), random::<B, 2>([rows, d_out]));
     bencher.bench_local(|| B::linear_weight_backward(primitive(&x), primitive(&g)));
 }
+
+/// A momentum SGD step with weight decay (lr 0.01, momentum 0.9, decay 1e-4) of the MNIST
+/// net's largest weight, the velocity from an earlier step: burn-optim's `Sgd` (tensor ops) on
+/// each backend, and `FusedSgd` (one op; on `Hetero<Flex, _>` one threaded pass). Parameter,
+/// gradient and velocity are fresh buffers of their own each time (made outside the timing), as
+/// in a training step, so either may write in place.
+#[divan::bench(types = [NdArray, Flex, Hetero], args = [false, true])]
+fn sgd_step<B: burn_hetero::optim::SgdBackend>(bencher: Bencher, fused: bool) {
+    use burn::optim::decay::WeightDecayConfig;
+    use burn::optim::momentum::MomentumConfig;
+    let momentum = MomentumConfig::new().with_momentum(0.9);
+    let decay = WeightDecayConfig::new(1e-4);
+    if fused {
+        let sgd = burn_hetero::optim::FusedSgd::<B>::new(Some(&momentum), Some(&decay));
+        bench_sgd_step::<B, _>(bencher, sgd);
+    } else {
+        let sgd = burn::optim::SgdConfig::new()
+            .with_momentum(Some(momentum))
+            .with_weight_decay(Some(decay))
+            .build::<B>();
+        bench_sgd_step::<B, _>(bencher, sgd);
+    }
+}
+
+/// One step of `sgd` on fresh `[800, 500]` operands, the state from a first step.
+fn bench_sgd_step<B: Backend, O: burn::optim::SimpleOptimizer<B>>(bencher: Bencher, sgd: O) {
+    let fresh = || random::<B, 2>([800, 500]);
+    bencher
+        .with_inputs(|| (sgd.step(0.01, fresh(), fresh(), None), fresh()))
+        .bench_local_values(|((w, state), g)| sgd.step(0.01, w, g, state));
+}

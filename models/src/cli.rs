@@ -21,6 +21,7 @@ use crate::data::{
 use crate::train::{self, SavePlan, Schedule, TrainData, TrainJob, TrainReport, TrainSettings};
 use crate::{AnyModel, MnistNet, ResNetConfig};
 use burn_hetero::norm::BatchNormBackend;
+use burn_hetero::optim::SgdBackend;
 
 /// Where Debian's `dataset-fashion-mnist` package puts the files.
 pub const FASHION_MNIST_DIR: &str = "/usr/share/datasets/fashion-mnist";
@@ -579,7 +580,7 @@ fn first_clause(reason: &str) -> &str {
 }
 
 /// Picks the backend type, with `C` as the CPU backend, and runs the command on it.
-fn select_backend<C: BatchNormBackend>(
+fn select_backend<C: BatchNormBackend + SgdBackend>(
     args: &TrainArgs,
     config: HeteroConfig,
     context: Context<'_>,
@@ -689,7 +690,7 @@ fn run_on<B: AutodiffBackend + BatchNormBackend>(
     device: B::Device,
 ) -> Result<Outcome, CliError>
 where
-    B::InnerBackend: BatchNormBackend,
+    B::InnerBackend: BatchNormBackend + SgdBackend,
 {
     let args = context.args;
     println!("{} on {backend}", args.model.name());
@@ -728,6 +729,7 @@ fn fit<B, M>(
 ) -> Result<TrainReport, CliError>
 where
     B: AutodiffBackend,
+    B::InnerBackend: SgdBackend,
     M: burn::module::AutodiffModule<B> + crate::Classifier<B>,
     M::InnerModule: crate::Classifier<B::InnerBackend>,
 {

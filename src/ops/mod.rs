@@ -6,7 +6,7 @@
 pub(crate) mod batch_norm;
 mod broadcast;
 pub(crate) mod channels;
-mod elementwise;
+pub(crate) mod elementwise;
 mod fill;
 mod forwarded;
 pub(crate) mod layout;
