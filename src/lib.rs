@@ -1,6 +1,24 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+/// Implements a trait of fused ops whose methods all have defaults in tensor ops (`norm`,
+/// `optim`) for the backends `Hetero` runs on or beside: burn-ndarray, burn-flex and the
+/// CubeCL backends.
+macro_rules! impl_with_defaults {
+    ($trait:path) => {
+        impl $trait for burn_ndarray::NdArray<f32> {}
+        impl $trait for burn_flex::Flex {}
+        impl<R, F, I, BT> $trait for burn_cubecl::CubeBackend<R, F, I, BT>
+        where
+            R: burn_cubecl::CubeRuntime,
+            F: burn_cubecl::FloatElement,
+            I: burn_cubecl::IntElement,
+            BT: burn_cubecl::BoolElement,
+        {
+        }
+    };
+}
+
 mod accelerator;
 mod backend;
 mod deferred;

@@ -343,17 +343,7 @@ pub fn decomposed_backward<B: Backend>(
     }
 }
 
-impl BatchNormBackend for burn_ndarray::NdArray<f32> {}
-impl BatchNormBackend for burn_flex::Flex {}
-impl<R, F, I, BT> BatchNormBackend for burn_cubecl::CubeBackend<R, F, I, BT>
-where
-    R: burn_cubecl::CubeRuntime,
-    F: burn_cubecl::FloatElement,
-    I: burn_cubecl::IntElement,
-    BT: burn_cubecl::BoolElement,
-    Self: Backend,
-{
-}
+impl_with_defaults!(BatchNormBackend);
 
 impl<C: Backend, A: Accelerator> BatchNormBackend for Hetero<C, A> {
     fn batch_norm_train(

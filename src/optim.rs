@@ -98,16 +98,7 @@ pub trait SgdBackend: Backend {
     }
 }
 
-impl SgdBackend for burn_ndarray::NdArray<f32> {}
-impl SgdBackend for burn_flex::Flex {}
-impl<R, F, I, BT> SgdBackend for burn_cubecl::CubeBackend<R, F, I, BT>
-where
-    R: burn_cubecl::CubeRuntime,
-    F: burn_cubecl::FloatElement,
-    I: burn_cubecl::IntElement,
-    BT: burn_cubecl::element::BoolElement,
-{
-}
+impl_with_defaults!(SgdBackend);
 
 impl<C: Backend, A: Accelerator> SgdBackend for Hetero<C, A> {
     fn sgd_step(
