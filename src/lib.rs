@@ -32,6 +32,7 @@ mod paired;
 #[cfg(feature = "cuda")]
 mod pinned;
 mod placement;
+pub mod pool;
 pub mod profile;
 pub mod spin;
 mod stats;

@@ -165,7 +165,8 @@ fn core_to_spare() -> bool {
         if !spare {
             log::info!(
                 "rayon's pool takes all {cores} cores: the device thread is not kept awake \
-                 between offloaded ops (it would take a core from the pool)"
+                 between offloaded ops (it would take a core from the pool); \
+                 burn_hetero::pool::build_global_pool leaves one"
             );
         }
         spare

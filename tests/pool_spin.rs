@@ -82,3 +82,30 @@ fn workers_spin_for_their_window_then_stop() {
         assert_eq!(threads, vec![0, 1, 2]);
     }
 }
+
+/// `burn_hetero::pool::run_on_pool`: the closure runs on a thread of the global pool (where it
+/// has two threads or more) and returns its value; called from a pool thread, it runs in place.
+#[test]
+fn run_on_pool_moves_the_loop_onto_a_pool_thread() {
+    use burn_hetero::pool::{build_global_pool, run_on_pool};
+    let caller = std::thread::current().id();
+    let secret: u64 = rng_for("run_on_pool").random();
+    let (value, index, thread, nested_in_place) = run_on_pool(|| {
+        let here = std::thread::current().id();
+        let nested = run_on_pool(|| std::thread::current().id());
+        (secret, rayon::current_thread_index(), here, nested == here)
+    });
+    assert_eq!(value, secret);
+    assert!(nested_in_place, "a nested call left its pool thread");
+    if rayon::current_num_threads() >= 2 {
+        assert!(index.is_some(), "the closure ran outside the pool");
+        assert_ne!(thread, caller);
+    } else {
+        assert_eq!(
+            thread, caller,
+            "with one pool thread the closure runs on the caller"
+        );
+    }
+    // The pool exists now: building it again changes nothing.
+    assert!(!build_global_pool(true));
+}

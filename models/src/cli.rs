@@ -278,7 +278,7 @@ where
     run_command(args, false)
 }
 
-/// [`run`], the command on a thread of rayon's pool when `on_pool` (see [`on_a_pool_thread`]).
+/// [`run`], the command on a thread of rayon's pool when `on_pool` (see [`burn_hetero::pool::run_on_pool`]).
 fn run_command<I, T>(args: I, on_pool: bool) -> Result<Outcome, RunError>
 where
     I: IntoIterator<Item = T>,
@@ -299,44 +299,24 @@ where
         Command::Train(args) => train_command(&args),
         Command::Bench(args) => crate::bench::bench_command(&args),
     };
-    // The process's one command takes one pool thread and leaves the others free; with a single
-    // thread, work handed to the pool from another thread (a device's) would wait for it forever.
-    let result = if on_pool && rayon::current_num_threads() >= 2 {
-        on_a_pool_thread(command)
+    // The process's one command takes one pool thread and leaves the others free.
+    let result = if on_pool {
+        burn_hetero::pool::run_on_pool(command)
     } else {
         command()
     };
     result.map_err(|e| RunError::Failed(Box::new(e)))
 }
 
-/// Runs `command` on a thread of rayon's global pool, the caller waiting. The CPU backend splits
-/// each large op across the pool; called from outside it, every such op hands its work to the
-/// pool and sleeps until the pool is done (two thread wake-ups per op, hundreds of ops per
-/// training step), while from a pool thread the caller starts on the work at once and the others
-/// join in. Only the program's entry point does this: commands run side by side (tests) could
-/// take every pool thread and block there on work handed to the pool.
-fn on_a_pool_thread<R: Send>(command: impl FnOnce() -> R + Send) -> R {
-    // `scope` runs its body on a worker of the global pool when called from outside it.
-    rayon::scope(|_| command())
-}
-
-/// Builds rayon's global pool with the main thread's stack size rather than a pool thread's
-/// 2 MiB, since the command may run on one of its threads (see [`on_a_pool_thread`]) and a deep
-/// model's forward and backward recurse through its modules. When the command drives an
-/// accelerator the pool has one thread fewer than the cores, unless `RAYON_NUM_THREADS` sets it:
-/// the CubeCL device thread is busy beside the pool. On the H200 machine (16 cores, builds
-/// alternated in one call) 15 threads gave ResNet20 steps 10% faster at batch 32 and 3–8% at
-/// batch 128 than 16 with the command off the pool, and with it on the pool 12% faster at batch
-/// 128 and for the MNIST net, 3% slower at batch 32 (`benches/RESULTS.md`, 2026-12-01). Left as
-/// it is when the pool exists already.
+/// Builds rayon's global pool, with 8 MiB stacks since the command may run on one of its
+/// threads, and one thread fewer than the cores when the command drives an accelerator
+/// ([`burn_hetero::pool::build_global_pool`]). On the H200 machine (16 cores, builds alternated in
+/// one call) 15 threads gave ResNet20 steps 10% faster at batch 32 and 3–8% at batch 128 than 16
+/// with the command off the pool, and with it on the pool 12% faster at batch 128 and for the
+/// MNIST net, 3% slower at batch 32 (`benches/RESULTS.md`, 2026-12-01). Left as it is when the
+/// pool exists already.
 fn size_the_pool(drives_accelerator: bool) {
-    let mut builder = rayon::ThreadPoolBuilder::new().stack_size(8 << 20);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if drives_accelerator && std::env::var_os("RAYON_NUM_THREADS").is_none() && cores > 2 {
-        builder = builder.num_threads(cores - 1);
-    }
-    // Fails only when the pool was built already.
-    let _ = builder.build_global();
+    burn_hetero::pool::build_global_pool(drives_accelerator);
 }
 
 /// [`run`]'s failure: bad flags, or a failure of the command.
