@@ -278,7 +278,8 @@ where
     run_command(args, false)
 }
 
-/// [`run`], the command on a thread of rayon's pool when `on_pool` (see [`burn_hetero::pool::run_on_pool`]).
+/// [`run`], the command on a thread of rayon's pool when `on_pool`
+/// ([`burn_hetero::pool::run_on_pool`]).
 fn run_command<I, T>(args: I, on_pool: bool) -> Result<Outcome, RunError>
 where
     I: IntoIterator<Item = T>,
@@ -294,7 +295,12 @@ where
             )
         }),
     };
-    size_the_pool(drives_accelerator);
+    // A core left beside the pool when the command drives an accelerator. On the H200 machine
+    // (16 cores, builds alternated in one call) 15 threads gave ResNet20 steps 10% faster at
+    // batch 32 and 3–8% at batch 128 than 16 with the command off the pool, and with it on the
+    // pool 12% faster at batch 128 and for the MNIST net, 3% slower at batch 32
+    // (`benches/RESULTS.md`, 2026-12-01). Left as it is when the pool exists already.
+    burn_hetero::pool::build_global_pool(drives_accelerator);
     let command = || match cli.command {
         Command::Train(args) => train_command(&args),
         Command::Bench(args) => crate::bench::bench_command(&args),
@@ -306,17 +312,6 @@ where
         command()
     };
     result.map_err(|e| RunError::Failed(Box::new(e)))
-}
-
-/// Builds rayon's global pool, with 8 MiB stacks since the command may run on one of its
-/// threads, and one thread fewer than the cores when the command drives an accelerator
-/// ([`burn_hetero::pool::build_global_pool`]). On the H200 machine (16 cores, builds alternated in
-/// one call) 15 threads gave ResNet20 steps 10% faster at batch 32 and 3–8% at batch 128 than 16
-/// with the command off the pool, and with it on the pool 12% faster at batch 128 and for the
-/// MNIST net, 3% slower at batch 32 (`benches/RESULTS.md`, 2026-12-01). Left as it is when the
-/// pool exists already.
-fn size_the_pool(drives_accelerator: bool) {
-    burn_hetero::pool::build_global_pool(drives_accelerator);
 }
 
 /// [`run`]'s failure: bad flags, or a failure of the command.
