@@ -4,7 +4,10 @@
 //! into a kept device buffer, as every training step after the first does), beside its parts (a
 //! device sync right after another, one after 1 ms without calls — CubeCL's device thread sleeps
 //! in steps when idle —, a device allocation with its pointer, the host cast alone) and the
-//! download of an f32 result of the same element count. Prints a markdown table.
+//! download of an f32 result of the same element count. Prints a markdown table, then a second
+//! one: the pinned staging again, now as a training step runs it (on a thread of rayon's pool,
+//! the other workers kept spinning), with its time split as the profile splits it (fill into the
+//! slots, time on the bus, waits).
 //!
 //! ```sh
 //! cargo build --release -p burn-hetero --no-default-features --features cuda --example copy_bench
@@ -15,7 +18,7 @@
 //! its data on the device (a device sync where the path does not end with one).
 
 use burn_backend::{DType, Shape, TensorData};
-use burn_hetero::{Accelerator, CudaAccelerator as B};
+use burn_hetero::{Accelerator, CudaAccelerator as B, pool, profile, spin};
 use cubecl::Runtime;
 use cubecl::cuda::{CudaDevice, CudaRuntime};
 use half::f16;
@@ -75,7 +78,57 @@ fn cast_f16(src: &[f32]) -> Vec<f16> {
     dst
 }
 
+/// Element counts of the uploads timed.
+const SIZES: [usize; 6] = [4_608, 32_768, 262_144, 524_288, 2_097_152, 8_388_608];
+
+/// `n` f32 values to upload (not all equal, so a wrong copy would show).
+fn values(n: usize) -> Vec<f32> {
+    (0..n).map(|i| ((i * 7919) % 1000) as f32 * 0.01).collect()
+}
+
+/// The second table: pinned staging on a pool thread with the workers spinning, as in a
+/// training step, split into its stages by the profile's counters (means per upload over every
+/// repetition, warm-up included; the total is the median).
+fn staging_on_the_pool(device: &CudaDevice) {
+    println!(
+        "\nPinned staging on a thread of rayon's pool, the other workers spinning (as in a \
+         training step); µs per upload: the total a median of {REPS}, its stages means from the \
+         profile; GB/s of the f16 bytes.\n"
+    );
+    println!(
+        "| values | f16 MB | total µs | GB/s | fill µs | fill GB/s | bus µs | bus GB/s | wait µs |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for n in SIZES {
+        let src = values(n);
+        let bytes = n * 2;
+        let shape = Shape::new([n]);
+        profile::set_profiling(true);
+        profile::reset_profile();
+        let total = median(|| {
+            spin::keep_workers_spinning(Duration::from_millis(20));
+            B::accel_upload_cast(&src, shape.clone(), DType::F16, device).expect("pinned upload")
+        });
+        let staged = profile::profile().staged_uploads;
+        profile::set_profiling(false);
+        let per = |d: Duration| us(d) / staged.uploads.max(1) as f64;
+        let (fill, bus) = (per(staged.fill), per(staged.bus));
+        let gbs = |t_us: f64| bytes as f64 / t_us / 1e3;
+        println!(
+            "| {n} | {:.2} | {:.0} | {:.1} | {fill:.0} | {:.1} | {bus:.0} | {:.1} | {:.0} |",
+            bytes as f64 / 1e6,
+            us(total),
+            rate(bytes, total),
+            gbs(fill),
+            gbs(bus),
+            per(staged.wait),
+        );
+    }
+}
+
 fn main() {
+    // The pool a training step runs on (one core left for CubeCL's device thread).
+    pool::build_global_pool(true);
     let device = CudaDevice::default();
     let client = CudaRuntime::client(&device);
     let sync = || burn_std::future::block_on(client.sync()).expect("device sync");
@@ -89,8 +142,8 @@ fn main() {
          CubeCL create µs | GB/s | pinned staging µs | GB/s | download µs | GB/s |\n\
          |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
-    for n in [4_608usize, 32_768, 262_144, 524_288, 2_097_152, 8_388_608] {
-        let src: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1000) as f32 * 0.01).collect();
+    for n in SIZES {
+        let src = values(n);
         let bytes = n * 2;
         let shape = Shape::new([n]);
         let idle = median(sync);
@@ -126,4 +179,5 @@ fn main() {
             rate(n * 4, download),
         );
     }
+    pool::run_on_pool(|| staging_on_the_pool(&device));
 }
