@@ -111,17 +111,18 @@ fn staging_on_the_pool(device: &CudaDevice) {
         });
         let staged = profile::profile().staged_uploads;
         profile::set_profiling(false);
-        let per = |d: Duration| us(d) / staged.uploads.max(1) as f64;
-        let (fill, bus) = (per(staged.fill), per(staged.bus));
-        let gbs = |t_us: f64| bytes as f64 / t_us / 1e3;
+        let per_upload = |d: Duration| d / staged.uploads.max(1) as u32;
+        let (fill, bus) = (per_upload(staged.fill), per_upload(staged.bus));
         println!(
-            "| {n} | {:.2} | {:.0} | {:.1} | {fill:.0} | {:.1} | {bus:.0} | {:.1} | {:.0} |",
+            "| {n} | {:.2} | {:.0} | {:.1} | {:.0} | {:.1} | {:.0} | {:.1} | {:.0} |",
             bytes as f64 / 1e6,
             us(total),
             rate(bytes, total),
-            gbs(fill),
-            gbs(bus),
-            per(staged.wait),
+            us(fill),
+            rate(bytes, fill),
+            us(bus),
+            rate(bytes, bus),
+            us(per_upload(staged.wait)),
         );
     }
 }
