@@ -38,7 +38,7 @@ pub trait Accelerator: Backend {
         dtype: DType,
         device: &Self::Device,
     ) -> Result<FloatTensor<Self>, String> {
-        Self::accel_upload(crate::offload::cast_slice(src, shape, dtype), device)
+        Self::accel_upload(crate::cast::cast_slice(src, shape, dtype), device)
     }
 
     /// Copies a result back to the host.
@@ -295,8 +295,9 @@ where
         #[cfg(feature = "cuda")]
         {
             let bytes: &[u8] = &data.bytes;
+            let stores = crate::cast::staging_stores();
             let fill = |dst: &mut [u8], offset: usize| {
-                crate::offload::copy_bytes(dst, &bytes[offset..offset + dst.len()])
+                crate::cast::bytes_into(dst, &bytes[offset..offset + dst.len()], stores)
             };
             let pinned = pinned_upload::<R>(device, &data.shape, data.dtype, bytes.len(), &fill);
             if let Some(result) = pinned {
@@ -327,15 +328,16 @@ where
         #[cfg(feature = "cuda")]
         if matches!(dtype, DType::F16 | DType::BF16 | DType::F32) {
             let size = dtype.size();
+            let stores = crate::cast::staging_stores();
             let fill = |dst: &mut [u8], offset: usize| {
-                crate::offload::cast_into(&src[offset / size..], dst, dtype)
+                crate::cast::f32_into(&src[offset / size..], dst, dtype, stores)
             };
             let pinned = pinned_upload::<R>(device, &shape, dtype, src.len() * size, &fill);
             if let Some(result) = pinned {
                 return result;
             }
         }
-        Self::accel_upload(crate::offload::cast_slice(src, shape, dtype), device)
+        Self::accel_upload(crate::cast::cast_slice(src, shape, dtype), device)
     }
 
     /// A dense result is read back as one flat copy (the rank-1 path of CubeCL's reads);

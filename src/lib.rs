@@ -21,6 +21,7 @@ macro_rules! impl_with_defaults {
 
 mod accelerator;
 mod backend;
+pub mod cast;
 mod deferred;
 mod device;
 mod fallback;

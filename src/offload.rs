@@ -2,6 +2,7 @@
 //! fallback to the CPU when any of it fails.
 
 use crate::Accelerator;
+use crate::cast::cast;
 use crate::deferred;
 use crate::device;
 use crate::fallback::{guarded, injection_point, warn_once};
@@ -10,10 +11,7 @@ use crate::profile::{self, ConvSignature};
 use crate::stats::{self, OpCounters, Ran};
 use crate::uploads;
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{Backend, DType, FloatDType, Shape, TensorData, TensorMetadata};
-use half::slice::HalfFloatSliceExt;
-use half::{bf16, f16};
-use rayon::prelude::*;
+use burn_backend::{Backend, DType, FloatDType, TensorData, TensorMetadata};
 use std::time::Instant;
 
 /// One placed op, as the op functions describe it.
@@ -505,162 +503,4 @@ fn upload_flex<A: Accelerator>(
         .ok_or("a dense operand lost its layout")?;
     let src = &dense.storage::<f32>()[start..end];
     A::accel_upload_cast(src, dense.layout().shape().clone(), dtype, device)
-}
-
-/// `src` cast to `dtype` (f16 or bf16) as tensor data of `shape`.
-pub(crate) fn cast_slice(src: &[f32], shape: Shape, dtype: DType) -> TensorData {
-    match dtype {
-        DType::F16 => TensorData::new(convert(src, f16::ZERO, f32_to_f16), shape),
-        DType::BF16 => TensorData::new(convert(src, bf16::ZERO, f32_to_bf16), shape),
-        _ => TensorData::new(src.to_vec(), shape).convert_dtype(dtype),
-    }
-}
-
-/// Writes the first `dst.len() / dtype.size()` values of `src` into `dst` as f16 or bf16
-/// (`dtype`; or f32, copied as they are), in chunks across threads. `dst` must be 2-byte aligned.
-pub(crate) fn cast_into(src: &[f32], dst: &mut [u8], dtype: DType) {
-    let src = &src[..dst.len() / dtype.size()];
-    match dtype {
-        DType::F16 => convert_into(src, bytemuck::cast_slice_mut::<u8, f16>(dst), f32_to_f16),
-        DType::BF16 => convert_into(src, bytemuck::cast_slice_mut::<u8, bf16>(dst), f32_to_bf16),
-        DType::F32 => copy_bytes(dst, bytemuck::cast_slice(src)),
-        _ => unreachable!("uploads are cast to f16 or bf16 or copied as f32, not {dtype:?}"),
-    }
-}
-
-/// Whether this x86-64 CPU has AVX2 and F16C (detected once).
-#[cfg(target_arch = "x86_64")]
-fn has_avx2_f16c() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("f16c")
-    })
-}
-
-/// f32 to f16, rounding to nearest even. On x86-64 CPUs with F16C, eight values per
-/// instruction in one loop: `half`, in a crate built for baseline x86-64, reaches the same
-/// instruction through a function pointer and two copies for every eight values. Same bits.
-fn f32_to_f16(dst: &mut [f16], src: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2_f16c() {
-        // SAFETY: the CPU has AVX2 and F16C (checked above).
-        return unsafe { f32_to_f16_f16c(dst, src) };
-    }
-    dst.convert_from_f32_slice(src)
-}
-
-/// [`f32_to_f16`] with F16C: eight values at a time, the tail through `half`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn f32_to_f16_f16c(dst: &mut [f16], src: &[f32]) {
-    use std::arch::x86_64::{__m128i, _MM_FROUND_TO_NEAREST_INT, _mm_storeu_si128};
-    use std::arch::x86_64::{_mm256_cvtps_ph, _mm256_loadu_ps};
-    let n = dst.len().min(src.len());
-    let body = n / 8 * 8;
-    for i in (0..body).step_by(8) {
-        // SAFETY: `i + 8 <= n`, within both slices; unaligned loads and stores.
-        unsafe {
-            let v = _mm256_loadu_ps(src.as_ptr().add(i));
-            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
-            _mm_storeu_si128(dst.as_mut_ptr().add(i) as *mut __m128i, h);
-        }
-    }
-    dst[body..n].convert_from_f32_slice(&src[body..n]);
-}
-
-/// f32 to bf16 as [`bf16_bits`], compiled for AVX2 where the CPU has it (eight values per
-/// instruction instead of baseline x86-64's four).
-fn f32_to_bf16(dst: &mut [bf16], src: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2_f16c() {
-        // SAFETY: the CPU has AVX2 (checked above).
-        return unsafe { f32_to_bf16_avx2(dst, src) };
-    }
-    bf16_bits(dst, src)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn f32_to_bf16_avx2(dst: &mut [bf16], src: &[f32]) {
-    bf16_bits(dst, src)
-}
-
-/// f32 to bf16, rounding to nearest even, NaNs kept NaN: the same bits as `half`'s conversion,
-/// written without branches so that the loop vectorises (`half` converts bf16 one value at a
-/// time with a branch per value).
-#[inline(always)]
-fn bf16_bits(dst: &mut [bf16], src: &[f32]) {
-    for (d, s) in dst.iter_mut().zip(src) {
-        let x = s.to_bits();
-        let nan = (x & 0x7fff_ffff) > 0x7f80_0000;
-        let rounded = x.wrapping_add(0x7fff + ((x >> 16) & 1)) >> 16;
-        let bits = if nan { (x >> 16) | 0x40 } else { rounded };
-        *d = bf16::from_bits(bits as u16);
-    }
-}
-
-/// `dst.copy_from_slice(src)` in chunks across threads.
-pub(crate) fn copy_bytes(dst: &mut [u8], src: &[u8]) {
-    /// Bytes per rayon task.
-    const CHUNK: usize = 1 << 16;
-    // One chunk is copied here: handing it to rayon's pool from outside it costs a wake-up and
-    // a wait, longer than the copy.
-    if dst.len() <= CHUNK {
-        return dst.copy_from_slice(src);
-    }
-    dst.par_chunks_mut(CHUNK)
-        .zip(src.par_chunks(CHUNK))
-        .for_each(|(d, s)| d.copy_from_slice(s));
-}
-
-/// Converts float data to `dtype`, with vectorised paths for the f32 <-> f16/bf16 casts that
-/// every offloaded op does, split across rayon's threads in chunks.
-pub(crate) fn cast(data: TensorData, dtype: DType) -> TensorData {
-    if data.dtype == dtype {
-        return data;
-    }
-    let shape = data.shape.clone();
-    match (data.dtype, dtype) {
-        (DType::F32, DType::F16 | DType::BF16) => {
-            cast_slice(data.as_slice::<f32>().expect("f32 data"), shape, dtype)
-        }
-        (DType::F16, DType::F32) => {
-            let src = data.as_slice::<f16>().expect("f16 data");
-            TensorData::new(convert(src, 0f32, |d, s| s.convert_to_f32_slice(d)), shape)
-        }
-        (DType::BF16, DType::F32) => {
-            let src = data.as_slice::<bf16>().expect("bf16 data");
-            TensorData::new(convert(src, 0f32, |d, s| s.convert_to_f32_slice(d)), shape)
-        }
-        _ => data.convert_dtype(dtype),
-    }
-}
-
-/// `src` converted element by element with `convert_chunk(dst, src)`, in chunks across threads.
-fn convert<S: Sync, D: Copy + Send>(
-    src: &[S],
-    zero: D,
-    convert_chunk: impl Fn(&mut [D], &[S]) + Sync,
-) -> Vec<D> {
-    let mut dst = vec![zero; src.len()];
-    convert_into(src, &mut dst, convert_chunk);
-    dst
-}
-
-/// `dst` converted element by element from `src` with `convert_chunk(dst, src)`, in chunks
-/// across threads.
-fn convert_into<S: Sync, D: Send>(
-    src: &[S],
-    dst: &mut [D],
-    convert_chunk: impl Fn(&mut [D], &[S]) + Sync,
-) {
-    /// Elements per rayon task.
-    const CHUNK: usize = 1 << 14;
-    // One chunk (a weight, a bias) is converted here, as in `copy_bytes`.
-    if dst.len() <= CHUNK {
-        return convert_chunk(dst, src);
-    }
-    dst.par_chunks_mut(CHUNK)
-        .zip(src.par_chunks(CHUNK))
-        .for_each(|(d, s)| convert_chunk(d, s));
 }

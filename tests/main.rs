@@ -78,6 +78,7 @@ mod differential {
 
 mod autodiff;
 mod batch_norm;
+mod cast;
 mod conv_numerics;
 mod model;
 mod optim;
