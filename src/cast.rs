@@ -7,7 +7,8 @@
 //! memory instead of from lines the CPU's caches hold dirty. On the H200 machine a pinned copy
 //! of a buffer the CPU has just written through its caches took about twice as long as a copy
 //! of one written earlier (1 MiB: 49–58 µs against 27–32 µs; 16 MiB: 652–660 µs against
-//! 312–324 µs; `scripts/pinned_copy_rates.py`, `benches/RESULTS.md`).
+//! 312–324 µs; `scripts/pinned_copy_rates.py`, `benches/RESULTS.md`). With streaming stores
+//! the staging's copies there moved 37–44 GB/s instead of ~25 (`copy_bench`, 2026-12-03).
 //! `BURN_HETERO_STAGING_STORES=cached` selects ordinary stores.
 
 use burn_backend::{DType, Shape, TensorData};
@@ -44,7 +45,14 @@ pub fn staging_stores() -> Stores {
             return default;
         };
         match v.trim().to_ascii_lowercase().as_str() {
-            "streaming" => Stores::Streaming,
+            "streaming" if cfg!(target_arch = "x86_64") => Stores::Streaming,
+            "streaming" => {
+                log::warn!(
+                    "{ENV_STAGING_STORES}={v}: this CPU has no streaming stores here; \
+                     staging memory is written through the caches"
+                );
+                Stores::Cached
+            }
             "cached" => {
                 log::info!(
                     "{ENV_STAGING_STORES}={v}: staging memory is written through the caches"
