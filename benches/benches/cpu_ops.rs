@@ -309,3 +309,29 @@ fn bench_sgd_step<B: Backend, O: burn::optim::SimpleOptimizer<B>>(bencher: Bench
         .with_inputs(|| (sgd.step(0.01, fresh(), fresh(), None), fresh()))
         .bench_local_values(|((w, state), g)| sgd.step(0.01, w, g, state));
 }
+
+/// The host half of an upload: ResNet20's first-stage activation at batch 32 and 128 cast to
+/// f16 into a staging-sized destination with ordinary (`false`) or streaming (`true`) stores
+/// (`burn_hetero::cast::f32_into`). Here the destination is ordinary memory and nothing copies
+/// it afterwards, so this times the fill alone; what streaming stores save on the copy after it
+/// shows only on a device (`examples/copy_bench.rs`). Where the destination fits in the caches,
+/// as here when one buffer is filled over and over, cached stores win the fill alone (2-core
+/// development machine, 2026-12-03, medians: 1 MiB 39.5 against 86.2 µs, 4 MiB 144.8 against
+/// 232.1); in an H200 training step the fill was equal at 1 MiB and 1.7× faster with streaming
+/// stores from 4 MiB, and the copy behind it 1.6× faster (`benches/RESULTS.md`).
+#[divan::bench(args = [(524_288, false), (524_288, true), (2_097_152, false), (2_097_152, true)])]
+fn f16_into_staging(bencher: Bencher, (n, streaming): (usize, bool)) {
+    use burn_hetero::cast::{Stores, f32_into};
+    let src: Vec<f32> = random::<Flex, 1>([n]).into_data().to_vec().unwrap();
+    // u64 words keep the destination 8-byte aligned, as a pinned slot's start is.
+    let mut dst = vec![0u64; n.div_ceil(4)];
+    let stores = if streaming {
+        Stores::Streaming
+    } else {
+        Stores::Cached
+    };
+    bencher.bench_local(|| {
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut dst);
+        f32_into(&src, &mut bytes[..n * 2], burn_backend::DType::F16, stores)
+    });
+}
