@@ -317,8 +317,9 @@ fn bench_sgd_step<B: Backend, O: burn::optim::SimpleOptimizer<B>>(bencher: Bench
 /// shows only on a device (`examples/copy_bench.rs`). Where the destination fits in the caches,
 /// as here when one buffer is filled over and over, cached stores win the fill alone (2-core
 /// development machine, 2026-12-03, medians: 1 MiB 39.5 against 86.2 µs, 4 MiB 144.8 against
-/// 232.1); in an H200 training step the fill was equal at 1 MiB and 1.7× faster with streaming
-/// stores from 4 MiB, and the copy behind it 1.6× faster (`benches/RESULTS.md`).
+/// 232.1); on the H200 machine, in `copy_bench`'s table of the staging as a step runs it, the
+/// fill was equal at 1 MiB and 1.7× faster with streaming stores from 4 MiB, and the copy
+/// behind it 1.5–1.7× faster (`benches/RESULTS.md`, 2026-12-03).
 #[divan::bench(args = [(524_288, false), (524_288, true), (2_097_152, false), (2_097_152, true)])]
 fn f16_into_staging(bencher: Bencher, (n, streaming): (usize, bool)) {
     use burn_hetero::cast::{Stores, f32_into};
