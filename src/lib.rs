@@ -37,6 +37,7 @@ pub mod pool;
 pub mod profile;
 pub mod spin;
 mod stats;
+pub mod sums;
 #[cfg(feature = "trace-ops")]
 mod trace;
 mod uploads;

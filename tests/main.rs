@@ -84,4 +84,5 @@ mod model;
 mod optim;
 mod placement;
 mod pool_spin;
+mod sums;
 mod training;

@@ -21,6 +21,7 @@
 use super::channels::{Planes, values};
 use super::elementwise::{dense, filled};
 use super::layout::{from_flex, into_flex};
+use crate::sums::{gradient_sums, shifted_sums};
 use burn_backend::Backend;
 use burn_backend::tensor::FloatTensor;
 use burn_flex::{FlexTensor, Layout};
@@ -55,51 +56,6 @@ pub(crate) struct ReluBackward<C: Backend> {
 /// A backward the fused form refused: the reason, the operands (input, `gamma`, mean, variance,
 /// output gradient) and the ReLU's output back unchanged.
 pub(crate) type RefusedBackward<C> = (String, [FloatTensor<C>; 5], Option<FloatTensor<C>>);
-
-/// `Σ (x - shift)` and `Σ (x - shift)²` in f64, eight lanes at a time.
-fn shifted_sums(x: &[f32], shift: f32) -> [f64; 2] {
-    let shift = shift as f64;
-    let (mut sum, mut squares) = ([0f64; 8], [0f64; 8]);
-    let chunks = x.chunks_exact(8);
-    let tail = chunks.remainder();
-    for chunk in chunks {
-        for lane in 0..8 {
-            let d = chunk[lane] as f64 - shift;
-            sum[lane] += d;
-            squares[lane] += d * d;
-        }
-    }
-    for &v in tail {
-        let d = v as f64 - shift;
-        sum[0] += d;
-        squares[0] += d * d;
-    }
-    [sum.iter().sum(), squares.iter().sum()]
-}
-
-/// `Σ dy`, `Σ dy · (x - mean)` and `Σ (x - mean)` in f64, eight lanes at a time. The last
-/// recovers the exact batch mean from the f32 one the forward returned.
-fn gradient_sums(dy: &[f32], x: &[f32], mean: f32) -> [f64; 3] {
-    let mean = mean as f64;
-    let (mut sum, mut dot, mut centred) = ([0f64; 8], [0f64; 8], [0f64; 8]);
-    let chunks = dy.chunks_exact(8).zip(x.chunks_exact(8));
-    let done = dy.len() / 8 * 8;
-    for (g, v) in chunks {
-        for lane in 0..8 {
-            let (g_lane, d) = (g[lane] as f64, v[lane] as f64 - mean);
-            sum[lane] += g_lane;
-            dot[lane] += g_lane * d;
-            centred[lane] += d;
-        }
-    }
-    for (&g, &v) in dy[done..].iter().zip(&x[done..]) {
-        let d = v as f64 - mean;
-        sum[0] += g as f64;
-        dot[0] += g as f64 * d;
-        centred[0] += d;
-    }
-    [sum.iter().sum(), dot.iter().sum(), centred.iter().sum()]
-}
 
 /// Operands as burn-flex tensors; on failure, the reason and the operands back unchanged.
 type Operands<C, const N: usize> = Result<[FlexTensor; N], (String, [FloatTensor<C>; N])>;

@@ -5,6 +5,7 @@
 
 use super::elementwise::dense;
 use super::layout::{from_flex, into_flex};
+use crate::sums::sum;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType, TensorMetadata};
 use burn_flex::FlexTensor;
@@ -99,19 +100,6 @@ pub(crate) fn values(tensor: &FlexTensor) -> Option<&[f32]> {
     }
     let (start, end) = tensor.layout().contiguous_offsets()?;
     Some(&tensor.storage::<f32>()[start..end])
-}
-
-/// `Σ x` in f64, eight lanes at a time.
-fn sum(x: &[f32]) -> f64 {
-    let mut lanes = [0f64; 8];
-    let chunks = x.chunks_exact(8);
-    let tail = chunks.remainder();
-    for chunk in chunks {
-        for lane in 0..8 {
-            lanes[lane] += chunk[lane] as f64;
-        }
-    }
-    lanes.iter().sum::<f64>() + tail.iter().map(|&v| v as f64).sum::<f64>()
 }
 
 /// A convolution's bias gradient, the output gradient summed per channel, when `C` is burn-flex
