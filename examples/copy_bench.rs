@@ -7,7 +7,8 @@
 //! download of an f32 result of the same element count. Prints a markdown table, then a second
 //! one: the pinned staging again, now as a training step runs it (on a thread of rayon's pool,
 //! the other workers kept spinning), with its time split as the profile splits it (fill into the
-//! slots, time on the bus, waits).
+//! slots, time on the bus, waits). A third table times a conv's input and weight uploaded one
+//! by one against both in one transfer.
 //!
 //! ```sh
 //! cargo build --release -p burn-hetero --no-default-features --features cuda --example copy_bench
@@ -181,4 +182,61 @@ fn main() {
         );
     }
     pool::run_on_pool(|| staging_on_the_pool(&device));
+    pool::run_on_pool(|| input_and_weight(&device));
+}
+
+/// A conv's input and weight, as the forward uploads them (f16), from ResNet20's layers at
+/// batch 32 and 128: one upload each, or both in one transfer.
+const CONV_OPERANDS: [([usize; 4], [usize; 4]); 4] = [
+    ([32, 16, 32, 32], [16, 16, 3, 3]),
+    ([32, 64, 8, 8], [64, 64, 3, 3]),
+    ([128, 16, 32, 32], [16, 16, 3, 3]),
+    ([128, 64, 8, 8], [64, 64, 3, 3]),
+];
+
+/// The third table: a conv's two operands uploaded one by one (`accel_upload_cast` twice) or
+/// together (`accel_upload_cast_all`), on a pool thread as in a training step.
+fn input_and_weight(device: &CudaDevice) {
+    println!(
+        "\nA conv's input and weight as f16, on a thread of rayon's pool: µs (median of {REPS}) \
+         for both, uploaded one by one or in one transfer.\n"
+    );
+    println!(
+        "| input | weight | f16 MB | one by one µs | together µs | one by one / together |\n\
+         |---|---|---:|---:|---:|---:|"
+    );
+    for (x_shape, w_shape) in CONV_OPERANDS {
+        let x = values(x_shape.iter().product());
+        let w = values(w_shape.iter().product());
+        let (xs, ws) = (Shape::new(x_shape), Shape::new(w_shape));
+        let mut separate = || {
+            spin::keep_workers_spinning(Duration::from_millis(20));
+            let a = B::accel_upload_cast(&x, xs.clone(), DType::F16, device).expect("upload");
+            let b = B::accel_upload_cast(&w, ws.clone(), DType::F16, device).expect("upload");
+            (a, b)
+        };
+        let mut together = || {
+            spin::keep_workers_spinning(Duration::from_millis(20));
+            let operands = [
+                (&x[..], xs.clone(), DType::F16),
+                (&w[..], ws.clone(), DType::F16),
+            ];
+            B::accel_upload_cast_all(&operands, device).expect("upload")
+        };
+        // Alternated, so that neither gets a quieter stretch of the machine.
+        let (mut one, mut both) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            one.push(median(&mut separate));
+            both.push(median(&mut together));
+        }
+        one.sort();
+        both.sort();
+        println!(
+            "| {x_shape:?} | {w_shape:?} | {:.2} | {:.0} | {:.0} | {:.2} |",
+            (x.len() + w.len()) as f64 * 2.0 / 1e6,
+            us(one[1]),
+            us(both[1]),
+            one[1].as_secs_f64() / both[1].as_secs_f64()
+        );
+    }
 }

@@ -41,6 +41,20 @@ pub trait Accelerator: Backend {
         Self::accel_upload(crate::cast::cast_slice(src, shape, dtype), device)
     }
 
+    /// Copies several f32 host operands to the device, each as its dtype says and as
+    /// [`Self::accel_upload_cast`] would. The default uploads them one by one; an implementation
+    /// moves them in one transfer, as parts of one device buffer, so that an op's small operands
+    /// (a conv's weight beside its input) do not each pay a copy's fixed cost.
+    fn accel_upload_cast_all(
+        operands: &[(&[f32], Shape, DType)],
+        device: &Self::Device,
+    ) -> Result<Vec<FloatTensor<Self>>, String> {
+        operands
+            .iter()
+            .map(|(src, shape, dtype)| Self::accel_upload_cast(src, shape.clone(), *dtype, device))
+            .collect()
+    }
+
     /// Copies a result back to the host.
     fn accel_download(tensor: FloatTensor<Self>) -> Result<TensorData, String> {
         burn_std::future::block_on(Self::float_into_data(tensor)).map_err(|e| e.to_string())
@@ -139,6 +153,26 @@ fn pinned_upload<R: CubeRuntime>(
     len: usize,
     fill: &crate::pinned::Fill<'_>,
 ) -> Option<Result<CubeTensor<R>, String>> {
+    let handle = pinned_upload_buffer::<R>(device, len, fill)?;
+    Some(handle.map(|handle| {
+        CubeTensor::new_contiguous(
+            R::client(device),
+            device.clone(),
+            shape.clone(),
+            handle,
+            dtype,
+        )
+    }))
+}
+
+/// A device buffer of `len` bytes written by `fill` through pinned staging, when `R` is CUDA
+/// and the staging is available.
+#[cfg(feature = "cuda")]
+fn pinned_upload_buffer<R: CubeRuntime>(
+    device: &R::Device,
+    len: usize,
+    fill: &crate::pinned::Fill<'_>,
+) -> Option<Result<cubecl::server::Handle, String>> {
     use cubecl::cuda::{CudaDevice, CudaRuntime};
     use cubecl::prelude::ComputeClient;
     use std::any::Any;
@@ -148,10 +182,73 @@ fn pinned_upload<R: CubeRuntime>(
     let cuda_device = (device as &dyn Any).downcast_ref::<CudaDevice>()?;
     let client = R::client(device);
     let cuda_client = (&client as &dyn Any).downcast_ref::<ComputeClient<CudaRuntime>>()?;
-    let handle = crate::pinned::upload(cuda_client, cuda_device.index, len, fill)?;
-    Some(handle.map(|handle| {
-        CubeTensor::new_contiguous(client, device.clone(), shape.clone(), handle, dtype)
-    }))
+    crate::pinned::upload(cuda_client, cuda_device.index, len, fill)
+}
+
+/// Alignment in bytes of each part of a buffer uploaded by `accel_upload_cast_all`: that of
+/// CUDA's allocations, past any vector load of the kernels and the binding offsets wgpu allows.
+const PART_ALIGN: usize = 256;
+
+/// Where the parts of one upload lie in its buffer: each at an offset aligned to
+/// [`PART_ALIGN`], the gaps between them left unwritten.
+struct Parts {
+    /// Byte offset and length of each part.
+    spans: Vec<(usize, usize)>,
+    /// Bytes of the buffer: the end of the last part.
+    total: usize,
+}
+
+impl Parts {
+    fn new(lens: impl Iterator<Item = usize>) -> Self {
+        let mut spans = Vec::new();
+        let mut total = 0usize;
+        for len in lens {
+            let start = total.next_multiple_of(PART_ALIGN);
+            spans.push((start, len));
+            total = start + len;
+        }
+        Parts { spans, total }
+    }
+
+    /// Fills `dst`, the buffer's bytes from `offset` on, with `fill(part, part_dst, at)`: the
+    /// bytes of `part` from byte `at` of it into `part_dst`, for each part `dst` overlaps.
+    fn fill(&self, dst: &mut [u8], offset: usize, fill: impl Fn(usize, &mut [u8], usize)) {
+        let end = offset + dst.len();
+        for (part, &(start, len)) in self.spans.iter().enumerate() {
+            let (from, to) = (start.max(offset), (start + len).min(end));
+            if from < to {
+                fill(part, &mut dst[from - offset..to - offset], from - start);
+            }
+        }
+    }
+
+    /// The parts of `buffer` as dense tensors of the operands' shapes.
+    fn tensors<R: CubeRuntime>(
+        &self,
+        buffer: &cubecl::server::Handle,
+        operands: &[(&[f32], Shape, DType)],
+        client: &cubecl::prelude::ComputeClient<R>,
+        device: &R::Device,
+    ) -> Vec<CubeTensor<R>> {
+        let size = buffer.size();
+        self.spans
+            .iter()
+            .zip(operands)
+            .map(|(&(start, len), (_, shape, dtype))| {
+                let handle = buffer
+                    .clone()
+                    .offset_start(start as u64)
+                    .offset_end(size - (start + len) as u64);
+                CubeTensor::new_contiguous(
+                    client.clone(),
+                    device.clone(),
+                    shape.clone(),
+                    handle,
+                    *dtype,
+                )
+            })
+            .collect()
+    }
 }
 
 /// Dense tensors of one device read back flat, in one call (one wait for the device).
@@ -338,6 +435,44 @@ where
             }
         }
         Self::accel_upload(crate::cast::cast_slice(src, shape, dtype), device)
+    }
+
+    /// One device buffer holds all the operands, each at an offset aligned to
+    /// [`PART_ALIGN`] bytes. On CUDA its bytes are cast straight into pinned staging and go up
+    /// in one staged upload; elsewhere they are cast on the host and written by one call.
+    fn accel_upload_cast_all(
+        operands: &[(&[f32], Shape, DType)],
+        device: &Self::Device,
+    ) -> Result<Vec<FloatTensor<Self>>, String> {
+        let castable = |d: &DType| matches!(d, DType::F16 | DType::BF16 | DType::F32);
+        if operands.len() < 2 || !operands.iter().all(|(_, _, d)| castable(d)) {
+            return operands
+                .iter()
+                .map(|(src, shape, dtype)| {
+                    Self::accel_upload_cast(src, shape.clone(), *dtype, device)
+                })
+                .collect();
+        }
+        let parts = Parts::new(operands.iter().map(|(src, _, d)| src.len() * d.size()));
+        let stores = crate::cast::staging_stores();
+        let fill = |dst: &mut [u8], offset: usize| {
+            parts.fill(dst, offset, |part, dst, at| {
+                let (src, _, dtype) = &operands[part];
+                crate::cast::f32_into(&src[at / dtype.size()..], dst, *dtype, stores)
+            })
+        };
+        let client = R::client(device);
+        #[cfg(feature = "cuda")]
+        if let Some(buffer) = pinned_upload_buffer::<R>(device, parts.total, &fill) {
+            return Ok(parts.tensors(&buffer?, operands, &client, device));
+        }
+        // Whole u64 words, so that the casts write aligned values, up to a multiple of
+        // PART_ALIGN: on wgpu (lavapipe) the last 24 bytes of an 8 KiB part at offset 0 read
+        // back as zeros from a 9.1 MB buffer of a length that was not.
+        let mut words = vec![0u64; parts.total.next_multiple_of(PART_ALIGN) / 8];
+        fill(&mut bytemuck::cast_slice_mut(&mut words)[..parts.total], 0);
+        let buffer = client.create(burn_std::Bytes::from_elems(words));
+        Ok(parts.tensors(&buffer, operands, &client, device))
     }
 
     /// A dense result is read back as one flat copy (the rank-1 path of CubeCL's reads);

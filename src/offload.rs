@@ -28,6 +28,11 @@ pub(crate) struct PlacedOp<C: Backend> {
     pub uploads: Vec<FloatTensor<C>>,
     /// The conv's shape, for the per-layer profile (None: not a conv).
     pub signature: Option<ConvSignature>,
+    /// Operands (by index into `uploads`) that a later op reads too: where that op is placed on
+    /// the accelerator at another precision, they go up with this op's operands at that
+    /// precision as well (a conv's weight, for its input gradient), so that the later op finds
+    /// them there instead of rounding this op's copy on the device.
+    pub ahead: Vec<(usize, OpKind)>,
 }
 
 /// Adds one call's counters to the statistics and, while profiling, to its layer's profile.
@@ -164,7 +169,22 @@ where
         .map(|p| (p.placed.op, p.placed.signature.clone()))
         .collect();
     let strict = config.strict;
-    match guarded(|| offload::<C, A>(parts, precision, upload_dtype, &accel_device, strict)) {
+    // The dtype a later op reads an operand in, where it differs from this op's and the device
+    // stores it (f16 or bf16, read straight from burn-flex's buffer).
+    let ahead_dtype = |later: OpKind| match config.placement(later) {
+        Placement::Accelerator { precision: p }
+            if p != precision && p != Precision::F32 && info.supports(p) =>
+        {
+            Some(p.dtype())
+        }
+        _ => None,
+    };
+    let uploading = Uploading {
+        precision,
+        upload_dtype,
+        ahead_dtype: &ahead_dtype,
+    };
+    match guarded(|| offload::<C, A>(parts, &uploading, &accel_device, strict)) {
         Ok(Ok(results)) => {
             let mut outs = Vec::with_capacity(results.len());
             for ((out, counters), (op, signature)) in results.into_iter().zip(described) {
@@ -213,8 +233,7 @@ fn run_on_cpu<C: Backend>(
 /// every part is read at once, to time it.
 fn offload<C: Backend, A: Accelerator>(
     parts: Vec<Part<'_, C, A>>,
-    precision: Precision,
-    upload_dtype: DType,
+    uploading: &Uploading<'_>,
     accel_device: &A::Device,
     strict: bool,
 ) -> Result<Vec<(FloatTensor<C>, OpCounters)>, String> {
@@ -239,10 +258,16 @@ fn offload<C: Backend, A: Accelerator>(
         };
         // Each part's operands go up before the next part's are looked up, so that a buffer
         // two parts share is uploaded once.
+        let ahead: Vec<(usize, DType)> = part
+            .placed
+            .ahead
+            .iter()
+            .filter_map(|&(i, later)| (uploading.ahead_dtype)(later).map(|d| (i, d)))
+            .collect();
         let uploaded = upload_operands::<C, A>(
             part.placed.uploads,
-            precision,
-            upload_dtype,
+            uploading,
+            &ahead,
             accel_device,
             &mut counters,
         )?;
@@ -356,25 +381,47 @@ struct Out<C: Backend> {
     later: Option<CpuResult<C>>,
 }
 
-/// `tensors` on the accelerator as `upload_dtype` with values rounded to `precision`: each an
-/// earlier upload of the same buffer where one is remembered, else uploaded now (and remembered
-/// when it is a burn-flex buffer). Time and bytes go to `counters`.
-fn upload_operands<C: Backend, A: Accelerator>(
-    tensors: Vec<FloatTensor<C>>,
+/// How an op's operands go up: the op's precision, the dtype its operands are uploaded as
+/// (`precision`'s, or f32 holding values rounded to it where the device cannot store it), and
+/// the dtype a later op reads an operand in, where that differs (see [`PlacedOp::ahead`]).
+struct Uploading<'a> {
     precision: Precision,
     upload_dtype: DType,
+    ahead_dtype: &'a dyn Fn(OpKind) -> Option<DType>,
+}
+
+/// `tensors` on the accelerator as `upload_dtype` with values rounded to `precision`: each an
+/// earlier upload of the same buffer where one is remembered, else uploaded now (and remembered
+/// when it is a burn-flex buffer). The burn-flex operands listed in `ahead` (index and dtype)
+/// also go up in that dtype, for a later op, unless such a copy is remembered already. Time
+/// and bytes go to `counters`.
+fn upload_operands<C: Backend, A: Accelerator>(
+    tensors: Vec<FloatTensor<C>>,
+    uploading: &Uploading<'_>,
+    ahead: &[(usize, DType)],
     accel_device: &A::Device,
     counters: &mut OpCounters,
 ) -> Result<Vec<FloatTensor<A>>, String> {
+    let (precision, upload_dtype) = (uploading.precision, uploading.upload_dtype);
     let start = Instant::now();
     // Each operand: its device copy from an earlier upload, or its host data to upload, with
     // the burn-flex tensor it came from (to remember the upload by).
     let mut operands: Vec<Operand<A>> = Vec::with_capacity(tensors.len());
+    // Burn-flex operands to upload in another dtype for a later op: the tensor, its dense
+    // form, and the dtype.
+    let mut later = Vec::new();
     let key = (upload_dtype, precision.dtype());
-    for tensor in tensors {
+    for (index, tensor) in tensors.into_iter().enumerate() {
         let tensor = match crate::ops::layout::into_flex::<C>(tensor) {
             Ok(flex) => {
                 let on_device = |t: &FloatTensor<A>| A::float_device(t) == *accel_device;
+                for &(_, dtype) in ahead.iter().filter(|(i, _)| *i == index) {
+                    if uploads::reuse(&flex, (dtype, dtype), on_device).is_none()
+                        && let Some(dense) = flex_operand(&flex, dtype, dtype)
+                    {
+                        later.push((flex.clone(), dense, dtype));
+                    }
+                }
                 let reused = (flex.layout().num_elements() * key.0.size()) as u64;
                 if let Some(uploaded) = uploads::reuse(&flex, key, on_device) {
                     counters.bytes_reused += reused;
@@ -406,6 +453,7 @@ fn upload_operands<C: Backend, A: Accelerator>(
     let start = Instant::now();
     let mut uploaded = Vec::with_capacity(operands.len());
     let mut to_round = Vec::new();
+    let mut flex = Vec::new();
     for (i, operand) in operands.into_iter().enumerate() {
         match operand {
             Operand::Uploaded(tensor) => uploaded.push(Some(tensor)),
@@ -417,11 +465,51 @@ fn upload_operands<C: Backend, A: Accelerator>(
                 counters.bytes_up += data.bytes.len() as u64;
                 uploaded.push(Some(A::accel_upload(data, accel_device)?));
             }
-            Operand::Flex(flex, dense) => {
+            Operand::Flex(tensor, dense) => {
                 counters.bytes_up += (dense.layout().num_elements() * upload_dtype.size()) as u64;
-                let tensor = upload_flex::<A>(&dense, upload_dtype, accel_device)?;
-                uploads::remember(&flex, key, tensor.clone());
-                uploaded.push(Some(tensor));
+                flex.push((i, tensor, dense));
+                uploaded.push(None);
+            }
+        }
+    }
+    // The burn-flex operands go up together, with those for later ops: one transfer for a
+    // conv's input, weight and the weight for its input gradient.
+    let later = later
+        .into_iter()
+        .map(|(tensor, dense, dtype)| (None, tensor, dense, dtype));
+    let flex: Vec<_> = flex
+        .into_iter()
+        .map(|(i, tensor, dense)| (Some(i), tensor, dense, upload_dtype))
+        .chain(later)
+        .collect();
+    if !flex.is_empty() {
+        let sources = flex
+            .iter()
+            .map(|(_, _, dense, dtype)| {
+                dense_f32(dense).map(|src| (src, dense.layout().shape().clone(), *dtype))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        counters.bytes_up += sources
+            .iter()
+            .zip(&flex)
+            .filter(|(_, (i, ..))| i.is_none())
+            .map(|((src, _, dtype), _)| (src.len() * dtype.size()) as u64)
+            .sum::<u64>();
+        let tensors = A::accel_upload_cast_all(&sources, accel_device)?;
+        if tensors.len() != flex.len() {
+            return Err(format!(
+                "{} operands uploaded for {}",
+                tensors.len(),
+                flex.len()
+            ));
+        }
+        for ((i, tensor, _, dtype), on_device) in flex.iter().zip(tensors) {
+            match i {
+                Some(i) => {
+                    uploads::remember(tensor, key, on_device.clone());
+                    uploaded[*i] = Some(on_device);
+                }
+                None => uploads::remember(tensor, (*dtype, *dtype), on_device),
             }
         }
     }
@@ -491,16 +579,11 @@ fn flex_operand(
     Some(dense)
 }
 
-/// Uploads a dense burn-flex f32 tensor (from [`flex_operand`]) as `dtype`.
-fn upload_flex<A: Accelerator>(
-    dense: &burn_flex::FlexTensor,
-    dtype: DType,
-    device: &A::Device,
-) -> Result<FloatTensor<A>, String> {
+/// The f32 values of a dense burn-flex tensor (from [`flex_operand`]), in order.
+fn dense_f32(dense: &burn_flex::FlexTensor) -> Result<&[f32], String> {
     let (start, end) = dense
         .layout()
         .contiguous_offsets()
         .ok_or("a dense operand lost its layout")?;
-    let src = &dense.storage::<f32>()[start..end];
-    A::accel_upload_cast(src, dense.layout().shape().clone(), dtype, device)
+    Ok(&dense.storage::<f32>()[start..end])
 }

@@ -31,9 +31,33 @@ use std::cell::RefCell;
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
-/// Bytes per staging slot: large enough that the per-copy driver cost is small against the
-/// transfer, small enough that filling one slot overlaps the copy of the other.
+/// Bytes per staging slot by default: large enough that the per-copy driver cost is small
+/// against the transfer, small enough that filling one slot overlaps the copy of the other.
 const SLOT_BYTES: usize = 1 << 20;
+
+/// Environment variable setting the bytes per staging slot, in KiB (64 to 65 536), to measure
+/// chunk sizes against each other.
+const ENV_SLOT_KIB: &str = "BURN_HETERO_STAGING_CHUNK_KIB";
+
+/// Bytes per staging slot: [`SLOT_BYTES`], or as [`ENV_SLOT_KIB`] sets (read once).
+fn slot_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        let Ok(v) = std::env::var(ENV_SLOT_KIB) else {
+            return SLOT_BYTES;
+        };
+        match v.trim().parse::<usize>() {
+            Ok(kib) if (64..=65_536).contains(&kib) => kib << 10,
+            _ => {
+                log::warn!(
+                    "{ENV_SLOT_KIB}={v}: expected KiB from 64 to 65536; using {}",
+                    SLOT_BYTES >> 10
+                );
+                SLOT_BYTES
+            }
+        }
+    })
+}
 
 /// Bytes of device buffers a thread keeps for reuse; past it, the least recently used free
 /// buffers are released (and uploads that find none free allocate without keeping).
@@ -105,6 +129,8 @@ thread_local! {
 /// (the end event says when the slot may be rewritten; both time the copy when profiling).
 struct Staging {
     device_index: usize,
+    /// Bytes of each slot.
+    slot_bytes: usize,
     slots: [*mut u8; 2],
     starts: [sys::CUevent; 2],
     ends: [sys::CUevent; 2],
@@ -181,6 +207,7 @@ impl Staging {
             .map_err(|e| driver_error("cuStreamCreate", e))?;
         let mut staging = Staging {
             device_index,
+            slot_bytes: slot_bytes(),
             slots: [std::ptr::null_mut(); 2],
             starts: [std::ptr::null_mut(); 2],
             ends: [std::ptr::null_mut(); 2],
@@ -189,7 +216,7 @@ impl Staging {
         };
         for i in 0..2 {
             // SAFETY: a context is current; the pointer is freed in `drop`.
-            staging.slots[i] = unsafe { result::malloc_host(SLOT_BYTES, 0) }
+            staging.slots[i] = unsafe { result::malloc_host(staging.slot_bytes, 0) }
                 .map_err(|e| driver_error("cuMemHostAlloc", e))?
                 as *mut u8;
             for events in [&mut staging.starts, &mut staging.ends] {
@@ -277,14 +304,15 @@ impl Staging {
         profiling: bool,
         stages: &mut StagedUploads,
     ) -> Result<(), String> {
-        let mut pending = [false; 2];
-        for (chunk, offset) in (0..len).step_by(SLOT_BYTES).enumerate() {
+        // Per slot, the bytes of its copy in flight.
+        let mut pending = [None; 2];
+        for (chunk, offset) in (0..len).step_by(self.slot_bytes).enumerate() {
             let slot = chunk % 2;
-            let n = SLOT_BYTES.min(len - offset);
-            if pending[slot] {
-                stages.bus += self.wait(slot, profiling)?;
+            let n = self.slot_bytes.min(len - offset);
+            if let Some(bytes) = pending[slot] {
+                stages.add_copy(bytes, self.wait(slot, profiling)?);
             }
-            // SAFETY: the slot holds SLOT_BYTES >= n bytes, only this thread uses it, and its
+            // SAFETY: the slot holds slot_bytes >= n bytes, only this thread uses it, and its
             // last copy has completed (waited for above).
             let host = unsafe { std::slice::from_raw_parts_mut(self.slots[slot], n) };
             let fill_start = Instant::now();
@@ -301,13 +329,13 @@ impl Staging {
                 result::event::record(self.ends[slot], self.stream)
                     .map_err(|e| driver_error("cuEventRecord", e))?;
             }
-            pending[slot] = true;
+            pending[slot] = Some(n);
             // The next chunk's fill may outlast the device thread's spinning.
             crate::wake::wake(self.device_id());
         }
         for (slot, pending) in pending.into_iter().enumerate() {
-            if pending {
-                stages.bus += self.wait(slot, profiling)?;
+            if let Some(bytes) = pending {
+                stages.add_copy(bytes, self.wait(slot, profiling)?);
             }
         }
         Ok(())

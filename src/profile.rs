@@ -191,6 +191,30 @@ pub struct StagedUploads {
     pub bus: Duration,
     /// The uploads' wall time: fill and bus overlap across chunks.
     pub total: Duration,
+    /// The chunks' copies by size, up to each of [`COPY_SIZES`] bytes: how near each size comes
+    /// to the bus's rate, whose per-copy cost weighs most on the small ones.
+    pub copies_by_size: [BusCopies; COPY_SIZES.len()],
+}
+
+/// Upper bounds (inclusive, bytes) of the size classes of [`StagedUploads::copies_by_size`].
+pub const COPY_SIZES: [usize; 4] = [64 << 10, 256 << 10, 1 << 20, usize::MAX];
+
+/// Copies of one size class to the device: how many, their bytes and their time on the bus.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BusCopies {
+    /// Copies.
+    pub copies: u64,
+    /// Bytes they moved.
+    pub bytes: u64,
+    /// Their time on the bus (device events around each).
+    pub bus: Duration,
+}
+
+impl BusCopies {
+    /// Bytes per second on the bus, in GB/s.
+    pub fn gb_per_s(&self) -> f64 {
+        self.bytes as f64 / self.bus.as_secs_f64().max(1e-12) / 1e9
+    }
 }
 
 impl StagedUploads {
@@ -208,6 +232,21 @@ impl StagedUploads {
         self.fill += other.fill;
         self.bus += other.bus;
         self.total += other.total;
+        for (mine, theirs) in self.copies_by_size.iter_mut().zip(&other.copies_by_size) {
+            mine.copies += theirs.copies;
+            mine.bytes += theirs.bytes;
+            mine.bus += theirs.bus;
+        }
+    }
+
+    /// Counts one chunk's copy of `bytes` that took `bus` on the bus.
+    pub(crate) fn add_copy(&mut self, bytes: usize, bus: Duration) {
+        self.bus += bus;
+        let class = COPY_SIZES.iter().position(|&max| bytes <= max).unwrap_or(0);
+        let copies = &mut self.copies_by_size[class];
+        copies.copies += 1;
+        copies.bytes += bytes as u64;
+        copies.bus += bus;
     }
 }
 
@@ -291,6 +330,11 @@ impl fmt::Display for Profile {
     /// the CPU ops by operands.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let kib = |bytes: usize| match bytes {
+            0 => "0".to_string(),
+            b if b >= 1 << 20 => format!("{} MiB", b >> 20),
+            b => format!("{} KiB", b >> 10),
+        };
         writeln!(
             f,
             "| layer | shape | phase | ran on | calls | MB up | MB reused | upload ms | kernel ms | download ms | cpu ms | total ms |"
@@ -334,6 +378,28 @@ impl fmt::Display for Profile {
                 ms(staged.bus),
                 staged.bus_gb_per_s()
             )?;
+            let mut lower = 0;
+            let classes: Vec<String> = COPY_SIZES
+                .iter()
+                .zip(&staged.copies_by_size)
+                .filter_map(|(&upper, copies)| {
+                    let class = if upper == usize::MAX {
+                        format!("> {}", kib(lower))
+                    } else {
+                        format!("{}–{}", kib(lower), kib(upper))
+                    };
+                    lower = upper;
+                    (copies.copies > 0).then(|| {
+                        format!(
+                            "{class}: {} copies, {:.1} MB, {:.1} GB/s",
+                            copies.copies,
+                            copies.bytes as f64 / 1e6,
+                            copies.gb_per_s()
+                        )
+                    })
+                })
+                .collect();
+            writeln!(f, "bus by copy size: {}", classes.join("; "))?;
         }
         let (_, cpu_total) = self.totals();
         writeln!(f)?;

@@ -587,14 +587,34 @@ fn backward_reads_the_forward_uploads<A: burn_hetero::Accelerator>(
     );
     let bytes = |n: usize, p: Precision| (n * p.bytes()) as u64;
     assert_eq!((fwd.calls, dgrad.calls, wgrad.calls), (3, 3, 3), "{delta}");
-    assert_eq!(fwd.bytes_up, 3 * bytes(xn + wn, forward), "{delta}");
+    // At another low precision than the forward's, the input gradient's weight goes up with
+    // the forward's operands.
+    let weight_ahead = backward != forward && backward != Precision::F32;
+    let ahead = if weight_ahead { bytes(wn, backward) } else { 0 };
+    assert_eq!(
+        fwd.bytes_up,
+        3 * (bytes(xn + wn, forward) + ahead),
+        "{delta}"
+    );
     // Each backward uploads its output gradient (shared by both phases) and nothing else.
     assert_eq!(dgrad.bytes_up, 3 * bytes(xn, backward), "{delta}");
     assert_eq!(dgrad.bytes_reused, 3 * bytes(wn, backward), "{delta}");
     // The weight gradient: the output gradient from the input gradient's upload, the input
-    // from the forward's.
-    assert_eq!(wgrad.bytes_up, 0, "{delta}");
-    assert_eq!(wgrad.bytes_reused, 3 * bytes(2 * xn, backward), "{delta}");
+    // from the forward's where that one serves (the same precision, or f16 rounded on to
+    // bf16), else uploaded.
+    let x_from_forward =
+        forward == backward || (forward, backward) == (Precision::F16, Precision::BF16);
+    let (x_up, x_reused) = if x_from_forward {
+        (0, bytes(xn, backward))
+    } else {
+        (bytes(xn, backward), 0)
+    };
+    assert_eq!(wgrad.bytes_up, 3 * x_up, "{delta}");
+    assert_eq!(
+        wgrad.bytes_reused,
+        3 * (bytes(xn, backward) + x_reused),
+        "{delta}"
+    );
     // Every weight gradient was read back after its call returned.
     assert_eq!(wgrad.deferred_reads, 3, "{delta}");
     assert_eq!(dgrad.deferred_reads + fwd.deferred_reads, 0, "{delta}");
@@ -702,8 +722,16 @@ fn backward_reads_the_forward_uploads_at_f16() {
     backward_reads_the_forward_uploads::<Accel>(Precision::F16, Precision::F16, 5e-3);
 }
 
-/// The forward at f16, the gradients at bf16 (the default placement): the forward's copies are
-/// rounded on to bf16 on the device.
+/// The forward at f32, the gradients at f16: the input gradients read the weights uploaded at
+/// f16 beside the forward's operands; the weight gradients upload their input again.
+#[test]
+fn backward_reads_the_weights_uploaded_ahead_at_f16() {
+    backward_reads_the_forward_uploads::<Accel>(Precision::F32, Precision::F16, 5e-3);
+}
+
+/// The forward at f16, the gradients at bf16 (the default placement): the weights go up at
+/// bf16 too, beside the forward's operands; the inputs' f16 copies are rounded on to bf16 on the
+/// device.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn cuda_backward_reads_the_forward_uploads_at_bf16() {
@@ -775,6 +803,80 @@ fn uploads_round_trip<A: burn_hetero::Accelerator>(device: &A::Device, dtypes: &
             }
         }
     }
+}
+
+/// Several operands in one transfer (`accel_upload_cast_all`, parts of one device buffer) come
+/// back bit for bit, each as its own upload would: parts from one value to several staging
+/// chunks, so that parts start and end inside chunks and a chunk holds several parts, every
+/// other part in another dtype (f16 beside bf16, as a forward's weight goes up for its gradient). Twice
+/// with fresh values (the second round may reuse the first's device buffer); all parts of a
+/// round stay alive until each is read, and each is read on its own.
+fn uploads_in_one_transfer_round_trip<A: burn_hetero::Accelerator>(
+    device: &A::Device,
+    dtypes: &[DType],
+) {
+    let mut rng = rng_for("uploads in one transfer");
+    let lens = [4097usize, 1, 2304, (1 << 20) + 1, 129, 3_500_001];
+    for (d, &dtype) in dtypes.iter().enumerate() {
+        for round in 0..2 {
+            let sources: Vec<Vec<f32>> = lens
+                .iter()
+                .map(|&n| random_vec(&mut rng, n, -300.0, 300.0))
+                .collect();
+            // The dtype under test, with every other part in another where there is one.
+            let dtype_of = |i: usize| {
+                if i % 2 == 1 {
+                    dtypes[(d + 1) % dtypes.len()]
+                } else {
+                    dtype
+                }
+            };
+            let operands: Vec<(&[f32], burn::tensor::Shape, DType)> = sources
+                .iter()
+                .enumerate()
+                .map(|(i, src)| (&src[..], burn::tensor::Shape::new([src.len()]), dtype_of(i)))
+                .collect();
+            let up = A::accel_upload_cast_all(&operands, device).unwrap();
+            assert_eq!(up.len(), lens.len());
+            for (i, (tensor, src)) in up.into_iter().zip(&sources).enumerate() {
+                let dtype = dtype_of(i);
+                let expected = TensorData::new(src.clone(), [src.len()]).convert_dtype(dtype);
+                let back = A::accel_download(tensor).unwrap();
+                assert_eq!(back.dtype, dtype);
+                assert_eq!(back.shape, expected.shape, "part {i}");
+                let first_diff = back
+                    .bytes
+                    .iter()
+                    .zip(expected.bytes.iter())
+                    .position(|(a, b)| a != b);
+                assert!(
+                    back.bytes[..] == expected.bytes[..],
+                    "{dtype:?} part {i} of {} values (round {round}) differs: {} against {} \
+                     bytes, first at byte {first_diff:?}",
+                    src.len(),
+                    back.bytes.len(),
+                    expected.bytes.len()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn uploads_in_one_transfer_bit_for_bit() {
+    uploads_in_one_transfer_round_trip::<Accel>(
+        &Default::default(),
+        &[DType::F16, DType::BF16, DType::F32],
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cuda_uploads_in_one_transfer_bit_for_bit() {
+    uploads_in_one_transfer_round_trip::<burn_hetero::CudaAccelerator>(
+        &Default::default(),
+        &[DType::F16, DType::BF16, DType::F32],
+    );
 }
 
 #[test]

@@ -63,6 +63,9 @@ pub(crate) fn conv2d<C: Backend, A: Accelerator>(
         flops: conv2d_flops(&w_shape, &out),
         uploads,
         signature: signature(&x_shape, &w_shape, &options),
+        // The weight, for the input gradient (the default places it at bf16 beside an f16
+        // forward).
+        ahead: vec![(1, OpKind::Conv2dInputGrad)],
     };
     let accel_options = options.clone();
     offload::run::<C, A>(
@@ -140,6 +143,7 @@ fn x_grad_part<'a, C: Backend, A: Accelerator>(
         flops: conv2d_flops(&weight.shape(), &output_grad.shape()),
         signature: signature(&x_shape, &weight.shape(), &options),
         uploads: vec![weight, output_grad],
+        ahead: Vec::new(),
     };
     Part {
         placed,
@@ -194,6 +198,7 @@ fn weight_grad_part<'a, C: Backend, A: Accelerator>(
         flops: conv2d_flops(&w_shape, &output_grad.shape()),
         signature: signature(&x.shape(), &w_shape, &options),
         uploads: vec![x.clone(), output_grad.clone()],
+        ahead: Vec::new(),
     };
     let cpu_options = options.clone();
     Part {
@@ -224,6 +229,7 @@ pub(crate) fn float_matmul<C: Backend, A: Accelerator>(
         flops: 2 * (batch * m * k * n) as u64,
         uploads: vec![lhs.clone(), rhs.clone()],
         signature: None,
+        ahead: Vec::new(),
     };
     offload::run::<C, A>(
         placed,
