@@ -222,7 +222,10 @@ impl Parts {
         }
     }
 
-    /// The parts of `buffer` as dense tensors of the operands' shapes.
+    /// The parts of `buffer` as dense tensors of the operands' shapes. Each handle starts at
+    /// its part and runs to the buffer's end: the handle's size is its allocation's, rounded
+    /// up past the bytes the storage holds, so an end offset counted from it cuts the part
+    /// short (on CUDA and on wgpu alike). The tensors read only their shape's bytes.
     fn tensors<R: CubeRuntime>(
         &self,
         buffer: &cubecl::server::Handle,
@@ -230,15 +233,11 @@ impl Parts {
         client: &cubecl::prelude::ComputeClient<R>,
         device: &R::Device,
     ) -> Vec<CubeTensor<R>> {
-        let size = buffer.size();
         self.spans
             .iter()
             .zip(operands)
-            .map(|(&(start, len), (_, shape, dtype))| {
-                let handle = buffer
-                    .clone()
-                    .offset_start(start as u64)
-                    .offset_end(size - (start + len) as u64);
+            .map(|(&(start, _), (_, shape, dtype))| {
+                let handle = buffer.clone().offset_start(start as u64);
                 CubeTensor::new_contiguous(
                     client.clone(),
                     device.clone(),
@@ -466,10 +465,8 @@ where
         if let Some(buffer) = pinned_upload_buffer::<R>(device, parts.total, &fill) {
             return Ok(parts.tensors(&buffer?, operands, &client, device));
         }
-        // Whole u64 words, so that the casts write aligned values, up to a multiple of
-        // PART_ALIGN: on wgpu (lavapipe) the last 24 bytes of an 8 KiB part at offset 0 read
-        // back as zeros from a 9.1 MB buffer of a length that was not.
-        let mut words = vec![0u64; parts.total.next_multiple_of(PART_ALIGN) / 8];
+        // Whole u64 words: the casts write aligned values.
+        let mut words = vec![0u64; parts.total.div_ceil(8)];
         fill(&mut bytemuck::cast_slice_mut(&mut words)[..parts.total], 0);
         let buffer = client.create(burn_std::Bytes::from_elems(words));
         Ok(parts.tensors(&buffer, operands, &client, device))
