@@ -31,9 +31,11 @@ use std::cell::RefCell;
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
-/// Bytes per staging slot by default: large enough that the per-copy driver cost is small
-/// against the transfer, small enough that filling one slot overlaps the copy of the other.
-const SLOT_BYTES: usize = 1 << 20;
+/// Bytes per staging slot by default: large enough that the per-copy cost is small against the
+/// transfer, small enough that filling one slot overlaps the copy of the other. On the H200,
+/// 2 MiB moved a 4 MiB upload's copies at 45 GB/s against 1 MiB's 39 (benches/RESULTS.md,
+/// 2026-12-04 d), and a conv's 1 MiB input with its weight goes up in one copy.
+const SLOT_BYTES: usize = 2 << 20;
 
 /// Environment variable setting the bytes per staging slot, in KiB (64 to 65 536), to measure
 /// chunk sizes against each other.
