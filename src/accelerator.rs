@@ -49,10 +49,7 @@ pub trait Accelerator: Backend {
         operands: &[(&[f32], Shape, DType)],
         device: &Self::Device,
     ) -> Result<Vec<FloatTensor<Self>>, String> {
-        operands
-            .iter()
-            .map(|(src, shape, dtype)| Self::accel_upload_cast(src, shape.clone(), *dtype, device))
-            .collect()
+        upload_one_by_one::<Self>(operands, device)
     }
 
     /// Copies a result back to the host.
@@ -183,6 +180,17 @@ fn pinned_upload_buffer<R: CubeRuntime>(
     let client = R::client(device);
     let cuda_client = (&client as &dyn Any).downcast_ref::<ComputeClient<CudaRuntime>>()?;
     crate::pinned::upload(cuda_client, cuda_device.index, len, fill)
+}
+
+/// Each operand uploaded on its own, with [`Accelerator::accel_upload_cast`].
+fn upload_one_by_one<A: Accelerator>(
+    operands: &[(&[f32], Shape, DType)],
+    device: &A::Device,
+) -> Result<Vec<FloatTensor<A>>, String> {
+    operands
+        .iter()
+        .map(|(src, shape, dtype)| A::accel_upload_cast(src, shape.clone(), *dtype, device))
+        .collect()
 }
 
 /// Alignment in bytes of each part of a buffer uploaded by `accel_upload_cast_all`: that of
@@ -445,12 +453,7 @@ where
     ) -> Result<Vec<FloatTensor<Self>>, String> {
         let castable = |d: &DType| matches!(d, DType::F16 | DType::BF16 | DType::F32);
         if operands.len() < 2 || !operands.iter().all(|(_, _, d)| castable(d)) {
-            return operands
-                .iter()
-                .map(|(src, shape, dtype)| {
-                    Self::accel_upload_cast(src, shape.clone(), *dtype, device)
-                })
-                .collect();
+            return upload_one_by_one::<Self>(operands, device);
         }
         let parts = Parts::new(operands.iter().map(|(src, _, d)| src.len() * d.size()));
         let stores = crate::cast::staging_stores();

@@ -419,6 +419,7 @@ fn upload_operands<C: Backend, A: Accelerator>(
                     if uploads::reuse(&flex, (dtype, dtype), on_device).is_none()
                         && let Some(dense) = flex_operand(&flex, dtype, dtype)
                     {
+                        counters.bytes_up += (dense.layout().num_elements() * dtype.size()) as u64;
                         later.push((flex.clone(), dense, dtype));
                     }
                 }
@@ -489,12 +490,6 @@ fn upload_operands<C: Backend, A: Accelerator>(
                 dense_f32(dense).map(|src| (src, dense.layout().shape().clone(), *dtype))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        counters.bytes_up += sources
-            .iter()
-            .zip(&flex)
-            .filter(|(_, (i, ..))| i.is_none())
-            .map(|((src, _, dtype), _)| (src.len() * dtype.size()) as u64)
-            .sum::<u64>();
         let tensors = A::accel_upload_cast_all(&sources, accel_device)?;
         if tensors.len() != flex.len() {
             return Err(format!(

@@ -213,14 +213,19 @@ pub struct BusCopies {
 impl BusCopies {
     /// Bytes per second on the bus, in GB/s.
     pub fn gb_per_s(&self) -> f64 {
-        self.bytes as f64 / self.bus.as_secs_f64().max(1e-12) / 1e9
+        gb_per_s(self.bytes, self.bus)
     }
+}
+
+/// `bytes` moved in `time`, in GB/s.
+fn gb_per_s(bytes: u64, time: Duration) -> f64 {
+    bytes as f64 / time.as_secs_f64().max(1e-12) / 1e9
 }
 
 impl StagedUploads {
     /// Bytes per second on the bus, in GB/s.
     pub fn bus_gb_per_s(&self) -> f64 {
-        self.bytes as f64 / self.bus.as_secs_f64().max(1e-12) / 1e9
+        gb_per_s(self.bytes, self.bus)
     }
 
     fn add(&mut self, other: &StagedUploads) {
@@ -242,7 +247,11 @@ impl StagedUploads {
     /// Counts one chunk's copy of `bytes` that took `bus` on the bus.
     pub(crate) fn add_copy(&mut self, bytes: usize, bus: Duration) {
         self.bus += bus;
-        let class = COPY_SIZES.iter().position(|&max| bytes <= max).unwrap_or(0);
+        let last = COPY_SIZES.len() - 1;
+        let class = COPY_SIZES
+            .iter()
+            .position(|&max| bytes <= max)
+            .unwrap_or(last);
         let copies = &mut self.copies_by_size[class];
         copies.copies += 1;
         copies.bytes += bytes as u64;
