@@ -9,7 +9,9 @@ use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_hetero_kernels::{
-    Conv2dBuffers, Conv2dProblem, ConvPath, ConvTypes, OperandType, conv2d_forward_async,
+    Conv2dBuffers, Conv2dProblem, ConvPath, ConvTypes, OperandType, WeightGradBuffers,
+    WeightGradTypes, conv2d_forward_async, conv2d_forward_flipped_async, conv2d_weight_grad_async,
+    weight_grad_splits,
 };
 use cubecl::server::CopyDescriptor;
 
@@ -126,6 +128,14 @@ pub trait Accelerator: Backend {
             widen::<Self>(output_grad),
             options,
         ))
+    }
+
+    /// Whether [`Self::accel_conv2d_weight_backward`] takes an input stored as f16 where its
+    /// operands are bf16, and rounds it on to bf16 as it reads it (the forward's f16 upload of
+    /// that input then serves as is). The default is false: the input is rounded to bf16 on
+    /// the device first.
+    fn accel_reads_f16_for_bf16() -> bool {
+        false
     }
 
     /// Batched matrix product.
@@ -522,12 +532,13 @@ where
         bias: Option<FloatTensor<Self>>,
         options: ConvOptions<2>,
     ) -> Result<FloatTensor<Self>, String> {
-        own_conv2d::<R, F, I, BT>(x, weight, bias, options)
+        own_conv2d::<R, F, I, BT>(x, weight, bias, options, WeightArg::Dense)
     }
 
-    /// One group: our forward kernel on the output gradient with the weight transposed and
-    /// flipped; with a stride, on the output gradient spread out by the stride with zeros in
-    /// between (see [`XGradAsForward`]). Otherwise burn-cubecl's fallback (a transposed conv).
+    /// One group: our forward kernel on the output gradient, the weight read transposed and
+    /// flipped by the kernel itself; with a stride, on the output gradient spread out by the
+    /// stride with zeros in between (see [`XGradAsForward`]). Otherwise burn-cubecl's fallback
+    /// (a transposed conv).
     fn accel_conv2d_x_backward(
         x_shape: Shape,
         weight: FloatTensor<Self>,
@@ -536,9 +547,14 @@ where
     ) -> Result<FloatTensor<Self>, String> {
         let plan = XGradAsForward::of(&x_shape, &weight.shape(), &output_grad.shape(), &options);
         if let Some(plan) = plan {
-            let weight = Self::float_flip(Self::float_swap_dims(weight, 0, 1), &[2, 3]);
             let output_grad = plan.spread::<Self>(output_grad);
-            let x_grad = own_conv2d::<R, F, I, BT>(output_grad, weight, None, plan.options)?;
+            let x_grad = own_conv2d::<R, F, I, BT>(
+                output_grad,
+                weight,
+                None,
+                plan.options,
+                WeightArg::Flipped,
+            )?;
             if x_grad.shape() != x_shape {
                 return Err(format!(
                     "input gradient of shape {:?}, expected {x_shape:?}",
@@ -559,10 +575,11 @@ where
         .map_err(|e| format!("{e:?}"))
     }
 
-    /// One group: our forward kernel with batch and channels swapped in both operands (the
-    /// output gradient is the "weight", the stride becomes the dilation and back), the batch
-    /// split into parts that run as the groups of one grouped conv (see
-    /// [`weight_grad_splits`]). Otherwise burn-cubecl's fallback.
+    /// One group: our weight-gradient kernel on the input and output gradient as they are
+    /// (the input possibly the forward's f16 copy, rounded to bf16 as it is loaded), its
+    /// reduction split over parts of the batch
+    /// ([`burn_hetero_kernels::weight_grad_splits`]) whose partial sums are added here.
+    /// Otherwise burn-cubecl's fallback.
     fn accel_conv2d_weight_backward(
         x: FloatTensor<Self>,
         weight_shape: Shape,
@@ -570,62 +587,7 @@ where
         options: ConvOptions<2>,
     ) -> Result<FloatTensor<Self>, String> {
         if options.groups == 1 {
-            let gs = output_grad.shape();
-            let (batch, c_out, out_hw) = (gs[0], gs[1], gs[2] * gs[3]);
-            let splits = weight_grad_splits(batch, out_hw);
-            let swapped =
-                ConvOptions::new(options.dilation, options.padding, options.stride, splits);
-            let x = Self::float_swap_dims(x, 0, 1);
-            // The output gradient as the "weight" [splits * c_out, batch / splits, ho, wo]:
-            // split s's output channels read images s * batch / splits onwards.
-            let per_split = batch / splits;
-            let output_grad =
-                Self::float_reshape(output_grad, Shape::new([splits, per_split, c_out, out_hw]));
-            let output_grad = into_contiguous(Self::float_swap_dims(output_grad, 1, 2));
-            let output_grad = Self::float_reshape(
-                output_grad,
-                Shape::new([splits * c_out, per_split, gs[2], gs[3]]),
-            );
-            // [c_in, splits * c_out, kh', kw'] with kh' >= kh: the splits' partial sums, summed
-            // below; taps past the kernel are cut off.
-            let grad = own_conv2d::<R, F, I, BT>(x, output_grad, None, swapped)?;
-            let grad = if splits > 1 {
-                let ps = grad.shape();
-                let partial =
-                    Self::float_reshape(grad, Shape::new([ps[0], splits, c_out * ps[2] * ps[3]]));
-                Self::float_reshape(
-                    Self::float_sum_dim(partial, 1),
-                    Shape::new([ps[0], c_out, ps[2], ps[3]]),
-                )
-            } else {
-                grad
-            };
-            let gs = grad.shape();
-            let (o, i, kh, kw) = (
-                weight_shape[0],
-                weight_shape[1],
-                weight_shape[2],
-                weight_shape[3],
-            );
-            if gs[0] != i || gs[1] != o || gs[2] < kh || gs[3] < kw {
-                return Err(format!(
-                    "weight gradient of shape {gs:?} for a weight of {weight_shape:?}"
-                ));
-            }
-            let grad = if gs[2] > kh || gs[3] > kw {
-                Self::float_slice(
-                    grad,
-                    &[
-                        Slice::from(0..i),
-                        Slice::from(0..o),
-                        Slice::from(0..kh),
-                        Slice::from(0..kw),
-                    ],
-                )
-            } else {
-                grad
-            };
-            return Ok(into_contiguous(Self::float_swap_dims(grad, 0, 1)));
+            return own_weight_grad::<R, F, I, BT>(x, weight_shape, output_grad, options);
         }
         // The direct kernel (an f32 conv of the swapped operands), like the input gradient.
         conv_weight_backward::<R, 2>(
@@ -637,23 +599,11 @@ where
         )
         .map_err(|e| format!("{e:?}"))
     }
-}
 
-/// Into how many parts the weight gradient's reduction over `batch` images of `out_hw` output
-/// pixels is split: as one conv it has few output tiles (`c_in * kh * kw` by `c_out`) and a long
-/// reduction (ResNet20's first stage: 144 by 16, 32 768 long at batch 32), which keeps most of a
-/// large GPU idle. The parts run as the groups of one grouped conv and are summed after. A
-/// divisor of `batch`, with at least [`MIN_SPLIT_REDUCTION`] values in each part's reduction.
-fn weight_grad_splits(batch: usize, out_hw: usize) -> usize {
-    /// The shortest reduction worth a part of its own.
-    const MIN_SPLIT_REDUCTION: usize = 512;
-    /// The most parts: enough tiles to fill the GPU, while the partial sums stay small.
-    const MAX_SPLITS: usize = 32;
-    let most = (batch * out_hw / MIN_SPLIT_REDUCTION).clamp(1, MAX_SPLITS);
-    (1..=most.min(batch))
-        .rev()
-        .find(|s| batch.is_multiple_of(*s))
-        .unwrap_or(1)
+    /// The weight gradient reads the forward's f16 input for its bf16 operands.
+    fn accel_reads_f16_for_bf16() -> bool {
+        true
+    }
 }
 
 /// The input gradient of a conv (one group) as a forward conv of the output gradient with the
@@ -730,12 +680,34 @@ impl XGradAsForward {
     }
 }
 
-/// conv2d forward through `burn-hetero-kernels` on the operands' client, into a new f32 tensor.
+/// How [`own_conv2d`]'s weight is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WeightArg {
+    /// As the conv's OIHW weight.
+    Dense,
+    /// The OIHW weight `[C, OC, KH, KW]` of another conv, read transposed and flipped (one
+    /// group): the input gradient of that conv as this forward.
+    Flipped,
+}
+
+/// The kernels' operand type of a tensor's dtype.
+fn operand_type(dtype: DType) -> Result<(OperandType, FloatDType), String> {
+    match dtype {
+        DType::F32 => Ok((OperandType::F32, FloatDType::F32)),
+        DType::F16 => Ok((OperandType::F16, FloatDType::F16)),
+        DType::BF16 => Ok((OperandType::BF16, FloatDType::BF16)),
+        other => Err(format!("no conv2d kernel for {other:?} operands")),
+    }
+}
+
+/// conv2d forward through `burn-hetero-kernels` on the operands' client, into a new f32 tensor,
+/// the weight read as `weight_arg` says.
 fn own_conv2d<R, F, I, BT>(
     x: CubeTensor<R>,
     weight: CubeTensor<R>,
     bias: Option<CubeTensor<R>>,
     options: ConvOptions<2>,
+    weight_arg: WeightArg,
 ) -> Result<CubeTensor<R>, String>
 where
     R: CubeRuntime,
@@ -744,14 +716,10 @@ where
     BT: BoolElement,
 {
     type B<R, F, I, BT> = CubeBackend<R, F, I, BT>;
-    let (operand, dtype) = match x.dtype {
-        DType::F32 => (OperandType::F32, FloatDType::F32),
-        DType::F16 => (OperandType::F16, FloatDType::F16),
-        DType::BF16 => (OperandType::BF16, FloatDType::BF16),
-        other => return Err(format!("no conv2d kernel for {other:?} operands")),
-    };
-    // Both operands come from the same placement, so they share a dtype; the kernels read them
-    // as laid out (row-major, no offsets into views).
+    let (operand, dtype) = operand_type(x.dtype)?;
+    // Both operands come from the same placement, so they share a dtype (but for a weight
+    // whose copy at this precision was not uploaded); the kernels read them as laid out
+    // (row-major, no offsets into views).
     let x = into_contiguous(x);
     let weight = if weight.dtype == x.dtype {
         weight
@@ -764,13 +732,18 @@ where
     if xs.num_dims() != 4 || ws.num_dims() != 4 {
         return Err(format!("conv2d of shapes {xs:?} and {ws:?}"));
     }
-    let problem = Conv2dProblem::new(xs[0], xs[1], [xs[2], xs[3]], ws[0], [ws[2], ws[3]])
+    // The conv's weight is [out, in / groups, kh, kw]; a flipped one is stored [in, out, ..].
+    let (out_channels, weight_in) = match weight_arg {
+        WeightArg::Dense => (ws[0], ws[1]),
+        WeightArg::Flipped => (ws[1], ws[0]),
+    };
+    let problem = Conv2dProblem::new(xs[0], xs[1], [xs[2], xs[3]], out_channels, [ws[2], ws[3]])
         .with_stride(options.stride)
         .with_padding(options.padding)
         .with_dilation(options.dilation)
         .with_groups(options.groups);
     problem.validate().map_err(|e| e.to_string())?;
-    if ws[1] * options.groups != xs[1] {
+    if weight_in * options.groups != xs[1] {
         return Err(format!(
             "weight {ws:?} does not fit {} input channels in {} groups",
             xs[1], options.groups
@@ -778,7 +751,7 @@ where
     }
     let output_shape = Shape::from(vec![
         xs[0],
-        ws[0],
+        out_channels,
         problem.out_height(),
         problem.out_width(),
     ]);
@@ -790,17 +763,9 @@ where
         output_shape,
         DType::F32,
     );
-    for (name, t) in [("input", &x), ("weight", &weight), ("output", &output)]
-        .into_iter()
-        .chain(bias.iter().map(|b| ("bias", b)))
-    {
-        if !t.is_contiguous() {
-            return Err(format!(
-                "the conv2d kernel needs a dense {name}, got shape {:?} strides {:?}",
-                t.shape(),
-                t.meta.strides()
-            ));
-        }
+    check_dense(&[("input", &x), ("weight", &weight), ("output", &output)])?;
+    if let Some(b) = &bias {
+        check_dense(&[("bias", b)])?;
     }
     let buffers = Conv2dBuffers {
         input: &x.handle,
@@ -808,8 +773,12 @@ where
         bias: bias.as_ref().map(|b| &b.handle),
         output: &output.handle,
     };
+    let launch = match weight_arg {
+        WeightArg::Dense => conv2d_forward_async::<R>,
+        WeightArg::Flipped => conv2d_forward_flipped_async::<R>,
+    };
     // No flush here: the offload path reads the output next, which reports a failed launch.
-    conv2d_forward_async(
+    launch(
         &x.client,
         buffers,
         &problem,
@@ -818,4 +787,92 @@ where
     )
     .map_err(|e| e.to_string())?;
     Ok(output)
+}
+
+/// An error naming the first of `tensors` that is not dense.
+fn check_dense<R: CubeRuntime>(tensors: &[(&str, &CubeTensor<R>)]) -> Result<(), String> {
+    for (name, t) in tensors {
+        if !t.is_contiguous() {
+            return Err(format!(
+                "the conv2d kernels need a dense {name}, got shape {:?} strides {:?}",
+                t.shape(),
+                t.meta.strides()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The weight gradient of a one-group conv through `burn-hetero-kernels`: the kernel's partial
+/// sums over parts of the batch, then their sum (one reduction) where there are several.
+fn own_weight_grad<R, F, I, BT>(
+    x: CubeTensor<R>,
+    weight_shape: Shape,
+    output_grad: CubeTensor<R>,
+    options: ConvOptions<2>,
+) -> Result<CubeTensor<R>, String>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    type B<R, F, I, BT> = CubeBackend<R, F, I, BT>;
+    let (operand, _) = operand_type(output_grad.dtype)?;
+    let (input_type, _) = operand_type(x.dtype)?;
+    let (x, output_grad) = (into_contiguous(x), into_contiguous(output_grad));
+    let (xs, gs) = (x.shape(), output_grad.shape());
+    if xs.num_dims() != 4 || gs.num_dims() != 4 || weight_shape.num_dims() != 4 {
+        return Err(format!(
+            "conv2d weight gradient of shapes {xs:?}, {gs:?} for a weight of {weight_shape:?}"
+        ));
+    }
+    let problem = Conv2dProblem::new(
+        xs[0],
+        xs[1],
+        [xs[2], xs[3]],
+        weight_shape[0],
+        [weight_shape[2], weight_shape[3]],
+    )
+    .with_stride(options.stride)
+    .with_padding(options.padding)
+    .with_dilation(options.dilation);
+    problem.validate().map_err(|e| e.to_string())?;
+    let expected = problem.output_shape();
+    if weight_shape[1] != xs[1] || gs.as_slice() != expected.as_slice() {
+        return Err(format!(
+            "conv2d weight gradient: input {xs:?}, output gradient {gs:?} and weight \
+             {weight_shape:?} do not fit (the output gradient should be {expected:?})"
+        ));
+    }
+    let splits = weight_grad_splits(&problem);
+    let [o, i, kh, kw] = problem.weight_shape();
+    let partials = empty_device_contiguous_dtype::<R>(
+        x.client.clone(),
+        x.device.clone(),
+        Shape::new([splits, o * i * kh * kw]),
+        DType::F32,
+    );
+    check_dense(&[
+        ("input", &x),
+        ("output gradient", &output_grad),
+        ("partials", &partials),
+    ])?;
+    let buffers = WeightGradBuffers {
+        input: &x.handle,
+        output_grad: &output_grad.handle,
+        partials: &partials.handle,
+    };
+    let types = WeightGradTypes {
+        input: input_type,
+        ..WeightGradTypes::new(operand)
+    };
+    conv2d_weight_grad_async(&x.client, buffers, &problem, types, splits, ConvPath::Auto)
+        .map_err(|e| e.to_string())?;
+    let grad = if splits > 1 {
+        B::<R, F, I, BT>::float_sum_dim(partials, 0)
+    } else {
+        partials
+    };
+    Ok(B::<R, F, I, BT>::float_reshape(grad, weight_shape))
 }

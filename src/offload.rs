@@ -264,10 +264,13 @@ fn offload<C: Backend, A: Accelerator>(
             .iter()
             .filter_map(|&(i, later)| (uploading.ahead_dtype)(later).map(|d| (i, d)))
             .collect();
+        // The weight gradient may read the forward's f16 input as is, for bf16 operands.
+        let f16_as_is = part.placed.op == OpKind::Conv2dWeightGrad && A::accel_reads_f16_for_bf16();
         let uploaded = upload_operands::<C, A>(
             part.placed.uploads,
             uploading,
             &ahead,
+            f16_as_is,
             accel_device,
             &mut counters,
         )?;
@@ -393,12 +396,15 @@ struct Uploading<'a> {
 /// `tensors` on the accelerator as `upload_dtype` with values rounded to `precision`: each an
 /// earlier upload of the same buffer where one is remembered, else uploaded now (and remembered
 /// when it is a burn-flex buffer). The burn-flex operands listed in `ahead` (index and dtype)
-/// also go up in that dtype, for a later op, unless such a copy is remembered already. Time
-/// and bytes go to `counters`.
+/// also go up in that dtype, for a later op, unless such a copy is remembered already. A
+/// remembered f16 copy where bf16 is asked for is rounded to bf16 on the device, or with
+/// `f16_as_is` handed over as it is (the op rounds it as it reads it). Time and bytes go to
+/// `counters`.
 fn upload_operands<C: Backend, A: Accelerator>(
     tensors: Vec<FloatTensor<C>>,
     uploading: &Uploading<'_>,
     ahead: &[(usize, DType)],
+    f16_as_is: bool,
     accel_device: &A::Device,
     counters: &mut OpCounters,
 ) -> Result<Vec<FloatTensor<A>>, String> {
@@ -431,7 +437,11 @@ fn upload_operands<C: Backend, A: Accelerator>(
                 }
                 if let Some(f16) = f16_copy_for_bf16::<A>(&flex, key, on_device) {
                     counters.bytes_reused += reused;
-                    operands.push(Operand::ToRound(f16));
+                    operands.push(if f16_as_is {
+                        Operand::Uploaded(f16)
+                    } else {
+                        Operand::ToRound(f16)
+                    });
                     continue;
                 }
                 match flex_operand(&flex, precision.dtype(), upload_dtype) {

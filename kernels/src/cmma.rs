@@ -27,8 +27,10 @@
 use cubecl::cmma::{self as cm, MatrixIdent, MatrixLayout};
 use cubecl::prelude::*;
 
-use crate::gather::{a_k_init, a_load, a_rows_init, a_store, b_load, b_store, bias_at};
-use crate::shape::ConvShape;
+use crate::gather::{
+    a_k_init, a_load, a_rows_init, a_store, b_load, b_store, bias_at, weight_offset,
+};
+use crate::shape::{ConvShape, Layout, WeightRead};
 
 /// Tiling of the cmma kernel (compile-time constants of one kernel).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -166,15 +168,16 @@ impl CmmaConfig {
     }
 }
 
-/// The cmma conv2d forward kernel. `FS`: type of the input and weight buffers (`FI`, or f32
-/// cast to `FI` as it is loaded), `FI`: operand type (f16 or bf16), `FO`: output type.
-/// `b_kpad`: padded reduction length of the resident weight tile, 0 to stream it.
+/// The cmma conv2d kernel. `FA`, `FB`: types of the input and weight buffers (`FI`, or a wider
+/// type rounded to `FI` as it is loaded), `FI`: operand type (f16 or bf16), `FO`: output type.
+/// `b_kpad`: padded reduction length of the resident weight tile, 0 to stream it. The operands
+/// and the output are read and written where `shape`'s offsets say, the weight as `read` says.
 #[cube(launch_unchecked)]
 // `div_ceil` is not part of the CubeCL language.
 #[allow(clippy::too_many_arguments, clippy::manual_div_ceil)]
-pub(crate) fn conv2d_cmma_kernel<FS: Float, FI: Float, FO: Float>(
-    input: &Array<FS>,
-    weight: &Array<FS>,
+pub(crate) fn conv2d_cmma_kernel<FA: Float, FB: Float, FI: Float, FO: Float>(
+    input: &Array<FA>,
+    weight: &Array<FB>,
     bias: &Array<f32>,
     output: &mut Array<FO>,
     shape: ConvShape,
@@ -184,7 +187,8 @@ pub(crate) fn conv2d_cmma_kernel<FS: Float, FI: Float, FO: Float>(
     #[comptime] cfg: CmmaConfig,
     #[comptime] b_kpad: u32,
     #[comptime] use_mask: bool,
-    #[define(FS, FI, FO)] _types: [StorageType; 3],
+    #[comptime] read: WeightRead,
+    #[define(FA, FB, FI, FO)] _types: [StorageType; 4],
 ) {
     let bm = comptime!(cfg.bm());
     let bn = comptime!(cfg.bn());
@@ -211,7 +215,7 @@ pub(crate) fn conv2d_cmma_kernel<FS: Float, FI: Float, FO: Float>(
     let tile_n = CUBE_POS_Y % tiles_n;
     let group = CUBE_POS_Y / tiles_n;
     let n_start = tile_n * bn;
-    let w_group = group * shape.out_channels_per_group * shape.gemm_k;
+    let w_group = group * shape.w_group;
 
     let tid = UNIT_POS;
     let lane = tid % 32u32;
@@ -236,7 +240,7 @@ pub(crate) fn conv2d_cmma_kernel<FS: Float, FI: Float, FO: Float>(
             let n = n_start + nl;
             let mut v = FI::from_int(0);
             if n < shape.out_channels_per_group && k < shape.gemm_k {
-                v = FI::cast_from(weight[(w_group + n * shape.gemm_k + k) as usize]);
+                v = FI::cast_from(weight[(w_group + weight_offset(&shape, n, k, read)) as usize]);
             }
             smem_b[(nl * ldr + k) as usize] = v;
         }
@@ -302,7 +306,7 @@ pub(crate) fn conv2d_cmma_kernel<FS: Float, FI: Float, FO: Float>(
             cm::fill(accs.index(f), 0.0f32);
         }
 
-        a_load::<FS, FI, FI>(
+        a_load::<FA, FI, FI>(
             input,
             &shape,
             &a_origin,
@@ -318,7 +322,7 @@ pub(crate) fn conv2d_cmma_kernel<FS: Float, FI: Float, FO: Float>(
             use_mask,
         );
         if comptime!(!resident) {
-            b_load::<FS, FI, FI>(
+            b_load::<FB, FI, FI>(
                 weight,
                 &shape,
                 w_group,
@@ -329,6 +333,7 @@ pub(crate) fn conv2d_cmma_kernel<FS: Float, FI: Float, FO: Float>(
                 &mut b_next,
                 b_rows,
                 b_per_n,
+                read,
             );
         }
 
@@ -365,7 +370,7 @@ pub(crate) fn conv2d_cmma_kernel<FS: Float, FI: Float, FO: Float>(
 
             // Issue the global loads of the next step before computing this one.
             if k_tile + 1u32 < num_k_tiles {
-                a_load::<FS, FI, FI>(
+                a_load::<FA, FI, FI>(
                     input,
                     &shape,
                     &a_origin,
@@ -381,7 +386,7 @@ pub(crate) fn conv2d_cmma_kernel<FS: Float, FI: Float, FO: Float>(
                     use_mask,
                 );
                 if comptime!(!resident) {
-                    b_load::<FS, FI, FI>(
+                    b_load::<FB, FI, FI>(
                         weight,
                         &shape,
                         w_group,
@@ -392,6 +397,7 @@ pub(crate) fn conv2d_cmma_kernel<FS: Float, FI: Float, FO: Float>(
                         &mut b_next,
                         b_rows,
                         b_per_n,
+                        read,
                     );
                 }
             }
@@ -453,7 +459,7 @@ pub(crate) fn conv2d_cmma_kernel<FS: Float, FI: Float, FO: Float>(
             let m_ok = m < shape.gemm_m;
             let img = m / shape.out_hw;
             let pix = m % shape.out_hw;
-            let out_base = img * shape.out_channels * shape.out_hw + pix;
+            let out_base = img * shape.o_img + pix;
             #[unroll]
             for fn_ in 0..frags_n {
                 cm::store(
@@ -471,7 +477,7 @@ pub(crate) fn conv2d_cmma_kernel<FS: Float, FI: Float, FO: Float>(
                         let oc = group * shape.out_channels_per_group + n;
                         let value = smem_c[(stage + nl * 16u32 + pixel) as usize]
                             + bias_at(bias, has_bias, oc);
-                        output[(out_base + oc * shape.out_hw) as usize] = FO::cast_from(value);
+                        output[(out_base + oc * shape.o_chan) as usize] = FO::cast_from(value);
                     }
                 }
                 sync_plane();
@@ -484,7 +490,8 @@ pub(crate) fn conv2d_cmma_kernel<FS: Float, FI: Float, FO: Float>(
     }
 }
 
-/// Launches the cmma kernel; the caller has validated the problem, the buffers and cmma support.
+/// Launches the cmma kernel on `problem` in `layout`; the caller has validated the problem, the
+/// layout, the buffers and cmma support. `types`: input, weight, operand and output types.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch<R: Runtime>(
     client: &ComputeClient<R>,
@@ -493,7 +500,8 @@ pub(crate) fn launch<R: Runtime>(
     bias: (ArrayArg<R>, bool),
     output: ArrayArg<R>,
     problem: &crate::Conv2dProblem,
-    types: [StorageType; 3],
+    layout: &Layout,
+    types: [StorageType; 4],
 ) -> Result<(), crate::ConvError> {
     let hw = &client.properties().hardware;
     let cfg = CmmaConfig::for_problem(problem, hw.num_streaming_multiprocessors);
@@ -508,7 +516,7 @@ pub(crate) fn launch<R: Runtime>(
             hw.max_shared_memory_size
         )));
     }
-    let tiles_m = problem.gemm_m().div_ceil(cfg.bm() as usize);
+    let tiles_m = layout.gemm_m(problem).div_ceil(cfg.bm() as usize);
     let tiles_n = problem.gemm_n().div_ceil(cfg.bn() as usize);
     let columns = tiles_n * problem.groups;
     let (max_x, max_y, _) = hw.max_cube_count;
@@ -541,13 +549,14 @@ pub(crate) fn launch<R: Runtime>(
             weight,
             bias.0,
             output,
-            ConvShape::launch_arg(problem, cfg.bk),
+            ConvShape::launch_arg(problem, layout, cfg.bk),
             bias.1 as u32,
             tiles_m as u32,
             tiles_n as u32,
             cfg,
             kpad,
             use_mask,
+            layout.weight,
             types,
         );
     }

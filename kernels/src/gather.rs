@@ -10,18 +10,24 @@
 //!   top-left position, possibly in the padding) is computed once per cube ([`a_rows_init`]),
 //!   and `per_k` reduction slots `k = k0 + row + rows*i`, whose `(c, kh, kw)` are decomposed
 //!   once per cube ([`a_k_init`]) and then advanced by `bk` with carries (no division in the
-//!   loop). Per slot and step, one offset `c*H*W + kh*dh*W + kw*dw` is shared by the unit's rows;
+//!   loop). Per slot and step, one offset `c*x_chan + kh*dh*W + kw*dw` is shared by the unit's rows;
 //!   per element remain one AND with the row's tap mask (kernels of at most 32 taps; else two
 //!   additions and two unsigned compares), one addition and the load. The 32 lanes of a
 //!   warp read 32 consecutive output pixels: for stride 1, consecutive input addresses.
 //! - B: `bk` lanes along `k` (contiguous in the OIHW weight) times `units / bk` rows along `n`.
+//!   A weight that is not a dense OIHW tensor (a transposed view, a flipped kernel: see
+//!   `WeightRead`) costs one division per unit and step to split `k` into channel and tap.
+//!
+//! The input's images and channels, the weight's groups, rows and channels, and the output's
+//! images and channels are where `ConvShape`'s offsets say, so that the same loads read the
+//! transposed views of a conv's gradients.
 //!
 //! Every element is bounds-checked (rows past `M`, columns past `OC/groups`, `k` past `K`, and
 //! the padding), and out-of-range elements are zeros, so any size works.
 
 use cubecl::prelude::*;
 
-use crate::shape::ConvShape;
+use crate::shape::{ConvShape, WeightRead};
 
 /// Sets up the GEMM rows of this unit: `origin[j]` is the input offset of the top-left corner of
 /// the window of row `j` (image, first channel of the group, `(top, left)`; negative in the
@@ -45,7 +51,6 @@ pub(crate) fn a_rows_init(
     #[comptime] per_m: usize,
     #[comptime] use_mask: bool,
 ) {
-    let in_hw = shape.in_h * shape.in_w;
     #[unroll]
     for j in 0..per_m {
         let m = m_start + lane + (j as u32) * 32;
@@ -55,7 +60,7 @@ pub(crate) fn a_rows_init(
         let ow = pix % shape.out_w;
         let top = (oh * shape.stride_h) as i32 - shape.pad_h as i32;
         let left = (ow * shape.stride_w) as i32 - shape.pad_w as i32;
-        let base = (img * shape.channels + group * shape.channels_per_group) * in_hw;
+        let base = img * shape.x_img + group * shape.channels_per_group * shape.x_chan;
         origin[j] = base as i32 + top * shape.in_w as i32 + left;
         ih[j] = select(m < shape.gemm_m, top, -1073741824i32);
         iw[j] = left;
@@ -122,7 +127,6 @@ pub(crate) fn a_load<FS: Float, FI: Float, S: Float>(
     #[comptime] per_m: usize,
     #[comptime] use_mask: bool,
 ) {
-    let in_hw = shape.in_h * shape.in_w;
     #[unroll]
     for i in 0..per_k {
         let c = cs[i];
@@ -130,7 +134,7 @@ pub(crate) fn a_load<FS: Float, FI: Float, S: Float>(
         let kw = kws[i];
         let dh = kh * shape.dil_h;
         let dw = kw * shape.dil_w;
-        let offset = (c * in_hw + dh * shape.in_w + dw) as i32;
+        let offset = (c * shape.x_chan + dh * shape.in_w + dw) as i32;
         let k_ok = c < shape.channels_per_group;
         if comptime!(use_mask) {
             let bit = select(k_ok, 1u32 << (kh * shape.kernel_w + kw), 0u32);
@@ -191,9 +195,32 @@ pub(crate) fn a_store<S: Float>(
     }
 }
 
+/// The offset of weight element `(n, k)` of a group from the group's start: `n*w_out + k` for a
+/// dense weight, else `n*w_out + c*w_chan + tap` with `k = c*KH*KW + tap` (the tap reversed
+/// for a flipped kernel).
+#[cube]
+pub(crate) fn weight_offset(
+    shape: &ConvShape,
+    n: u32,
+    k: u32,
+    #[comptime] read: WeightRead,
+) -> u32 {
+    let mut offset = k;
+    if comptime!(read.strided) {
+        let taps = shape.kernel_h * shape.kernel_w;
+        let c = k / taps;
+        let mut tap = k - c * taps;
+        if comptime!(read.flipped) {
+            tap = taps - 1u32 - tap;
+        }
+        offset = c * shape.w_chan + tap;
+    }
+    n * shape.w_out + offset
+}
+
 /// Loads this unit's part of the B tile (`k = k0 + lane`, columns `n_start + row + rows*i`) of
 /// the group whose weight starts at `w_group` into `regs`, rounded to `FI` and held as `S` (the
-/// buffer holds `FS`, as for [`a_load`]).
+/// buffer holds `FS`, as for [`a_load`]), read as `read` says.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn b_load<FS: Float, FI: Float, S: Float>(
@@ -207,17 +234,18 @@ pub(crate) fn b_load<FS: Float, FI: Float, S: Float>(
     regs: &mut Array<S>,
     #[comptime] rows: u32,
     #[comptime] per_n: usize,
+    #[comptime] read: WeightRead,
 ) {
     let k = k0 + lane;
     let k_ok = k < shape.gemm_k;
+    // The offset of column 0; columns are `w_out` apart.
+    let k_offset = w_group + weight_offset(shape, 0u32, k, read);
     #[unroll]
     for i in 0..per_n {
         let n = n_start + row + (i as u32) * rows;
         let mut v = S::from_int(0);
         if k_ok && n < shape.out_channels_per_group {
-            v = S::cast_from(FI::cast_from(
-                weight[(w_group + n * shape.gemm_k + k) as usize],
-            ));
+            v = S::cast_from(FI::cast_from(weight[(k_offset + n * shape.w_out) as usize]));
         }
         regs[i] = v;
     }

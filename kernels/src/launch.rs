@@ -6,6 +6,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::problem::{Conv2dProblem, ConvError};
+use crate::shape::Layout;
 use crate::{cmma, patch, tiled};
 
 /// Element type of the operands (input and weight). The sums are always f32.
@@ -337,109 +338,224 @@ pub fn conv2d_forward_async<R: Runtime>(
     path: ConvPath,
 ) -> Result<ConvPathUsed, ConvError> {
     problem.validate()?;
+    check_forward_storage(types)?;
+    let call = Call {
+        names: ["input", "weight", "output"],
+        input: buffers.input,
+        weight: buffers.weight,
+        bias: buffers.bias,
+        output: buffers.output,
+        problem: *problem,
+        layout: Layout::dense(problem),
+        lens: [
+            problem.input_len(),
+            problem.weight_len(),
+            problem.output_len(),
+        ],
+        types: KernelTypes::of(types),
+    };
+    call.launch(client, path)
+}
+
+/// [`conv2d_forward_async`] with the weight read transposed and flipped:
+/// `output = conv2d(input, w') + bias` with `w'[o][c][y][x] = weight[c][o][KH-1-y][KW-1-x]`,
+/// where the weight buffer holds an OIHW `[C, OC, KH, KW]` weight (one group only). That is the
+/// input gradient of the conv with that weight, as a forward conv of its output gradient
+/// (stride 1; for a strided conv, of its output gradient spread out by the stride), without
+/// a pass that transposes and flips the weight first.
+pub fn conv2d_forward_flipped_async<R: Runtime>(
+    client: &ComputeClient<R>,
+    buffers: Conv2dBuffers<'_>,
+    problem: &Conv2dProblem,
+    types: ConvTypes,
+    path: ConvPath,
+) -> Result<ConvPathUsed, ConvError> {
+    problem.validate()?;
+    if problem.groups != 1 {
+        return Err(ConvError::Unsupported(format!(
+            "a flipped weight needs one group, the problem has {}",
+            problem.groups
+        )));
+    }
+    check_forward_storage(types)?;
+    let call = Call {
+        names: ["input", "weight", "output"],
+        input: buffers.input,
+        weight: buffers.weight,
+        bias: buffers.bias,
+        output: buffers.output,
+        problem: *problem,
+        layout: Layout::flipped_weight(problem),
+        lens: [
+            problem.input_len(),
+            problem.weight_len(),
+            problem.output_len(),
+        ],
+        types: KernelTypes::of(types),
+    };
+    call.launch(client, path)
+}
+
+/// The forward entry points read operands of the operand type itself or f32.
+fn check_forward_storage(types: ConvTypes) -> Result<(), ConvError> {
     if types.storage != types.operand && types.storage != OperandType::F32 {
         return Err(ConvError::Unsupported(format!(
             "{:?} operands read from {:?} buffers (the buffers hold the operand type or f32)",
             types.operand, types.storage
         )));
     }
-    if !operand_supported(client, types.storage) {
-        return Err(ConvError::Unsupported(format!(
-            "the device cannot store {:?} buffers",
-            types.storage
-        )));
-    }
-    if !operand_supported(client, types.operand) {
-        return Err(ConvError::Unsupported(format!(
-            "the device cannot store {:?} operands",
-            types.operand
-        )));
-    }
-    if !storage_supported(client, types.output.storage_type()) {
-        return Err(ConvError::Unsupported(format!(
-            "the device cannot store a {:?} output",
-            types.output
-        )));
-    }
-    if buffers.bias.is_some() && !storage_supported(client, OutputType::F32.storage_type()) {
-        return Err(ConvError::Unsupported(
-            "the device cannot store an f32 bias".into(),
-        ));
-    }
-    check_buffer(
-        "input",
-        buffers.input,
-        problem.input_len(),
-        types.storage.size(),
-    )?;
-    check_buffer(
-        "weight",
-        buffers.weight,
-        problem.weight_len(),
-        types.storage.size(),
-    )?;
-    check_buffer(
-        "output",
-        buffers.output,
-        problem.output_len(),
-        types.output.size(),
-    )?;
-    if let Some(bias) = buffers.bias {
-        check_buffer("bias", bias, problem.out_channels, 4)?;
-    }
+    Ok(())
+}
 
-    let cmma = match path {
-        ConvPath::Tiled => false,
-        ConvPath::Cmma => match cmma_unsupported_reason(client, types.operand) {
-            None => true,
-            Some(reason) => return Err(ConvError::Unsupported(reason)),
-        },
-        ConvPath::Auto => auto_path(client, problem, types.operand) != ConvPathUsed::Tiled,
-    };
-    let (used, plan) = if cmma {
-        cmma_kernel(client, problem)
-    } else {
-        (ConvPathUsed::Tiled, None)
-    };
+/// Element types of one launch: the input's and the weight's buffers (each the operand type,
+/// or a type the kernel rounds to it as it loads), the operands and the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KernelTypes {
+    pub input: OperandType,
+    pub weight: OperandType,
+    pub operand: OperandType,
+    pub output: OutputType,
+}
 
-    // Without bias the kernels take a 1-element placeholder that they never read (a bias flag
-    // at run time rather than a compile-time option halves the kernels to compile).
-    let placeholder;
-    let (bias_handle, bias_len) = match buffers.bias {
-        Some(bias) => (bias, problem.out_channels),
-        None => {
-            placeholder = client.empty(4);
-            (&placeholder, 1)
+impl KernelTypes {
+    fn of(types: ConvTypes) -> Self {
+        KernelTypes {
+            input: types.storage,
+            weight: types.storage,
+            operand: types.operand,
+            output: types.output,
         }
-    };
-    // SAFETY (of the lengths): checked against the handles' sizes above.
-    let (input, weight, output, bias) = unsafe {
-        (
-            ArrayArg::from_raw_parts(buffers.input.clone(), problem.input_len()),
-            ArrayArg::from_raw_parts(buffers.weight.clone(), problem.weight_len()),
-            ArrayArg::from_raw_parts(buffers.output.clone(), problem.output_len()),
-            (
-                ArrayArg::from_raw_parts(bias_handle.clone(), bias_len),
-                buffers.bias.is_some(),
-            ),
-        )
-    };
-    let dtypes = [
-        types.storage.storage_type(),
-        types.operand.storage_type(),
-        types.output.storage_type(),
-    ];
-    match used {
-        ConvPathUsed::Tiled => tiled::launch(client, input, weight, bias, output, problem, dtypes)?,
-        ConvPathUsed::Cmma => cmma::launch(client, input, weight, bias, output, problem, dtypes)?,
-        ConvPathUsed::CmmaPatch => match plan {
-            Some(plan) => {
-                patch::launch(client, input, weight, bias, output, problem, plan, dtypes)?
-            }
-            None => cmma::launch(client, input, weight, bias, output, problem, dtypes)?,
-        },
     }
-    Ok(used)
+
+    /// The kernels' `#[define]` types: input, weight, operand, output.
+    fn storage_types(&self) -> [StorageType; 4] {
+        [
+            self.input.storage_type(),
+            self.weight.storage_type(),
+            self.operand.storage_type(),
+            self.output.storage_type(),
+        ]
+    }
+}
+
+/// One validated problem to launch, with its buffers (input, weight, bias, output), where the
+/// kernel reads and writes them, their element counts and names (input, weight, output, as the
+/// caller calls them) and types.
+pub(crate) struct Call<'a> {
+    pub names: [&'static str; 3],
+    pub input: &'a Handle,
+    pub weight: &'a Handle,
+    pub bias: Option<&'a Handle>,
+    pub output: &'a Handle,
+    pub problem: Conv2dProblem,
+    pub layout: Layout,
+    pub lens: [usize; 3],
+    pub types: KernelTypes,
+}
+
+impl Call<'_> {
+    /// Checks the types against the device and the buffers' sizes, picks the kernel and
+    /// launches it once (no flush).
+    pub(crate) fn launch<R: Runtime>(
+        &self,
+        client: &ComputeClient<R>,
+        path: ConvPath,
+    ) -> Result<ConvPathUsed, ConvError> {
+        let (problem, types) = (&self.problem, self.types);
+        for (what, ty) in [("buffers", types.input), ("buffers", types.weight)] {
+            if !operand_supported(client, ty) {
+                return Err(ConvError::Unsupported(format!(
+                    "the device cannot store {ty:?} {what}"
+                )));
+            }
+        }
+        if !operand_supported(client, types.operand) {
+            return Err(ConvError::Unsupported(format!(
+                "the device cannot store {:?} operands",
+                types.operand
+            )));
+        }
+        if !storage_supported(client, types.output.storage_type()) {
+            return Err(ConvError::Unsupported(format!(
+                "the device cannot store a {:?} output",
+                types.output
+            )));
+        }
+        if self.bias.is_some() && !storage_supported(client, OutputType::F32.storage_type()) {
+            return Err(ConvError::Unsupported(
+                "the device cannot store an f32 bias".into(),
+            ));
+        }
+        let [input_len, weight_len, output_len] = self.lens;
+        let [input_name, weight_name, output_name] = self.names;
+        check_buffer(input_name, self.input, input_len, types.input.size())?;
+        check_buffer(weight_name, self.weight, weight_len, types.weight.size())?;
+        check_buffer(output_name, self.output, output_len, types.output.size())?;
+        if let Some(bias) = self.bias {
+            check_buffer("bias", bias, problem.out_channels, 4)?;
+        }
+
+        let cmma = match path {
+            ConvPath::Tiled => false,
+            ConvPath::Cmma => match cmma_unsupported_reason(client, types.operand) {
+                None => true,
+                Some(reason) => return Err(ConvError::Unsupported(reason)),
+            },
+            ConvPath::Auto => R::name(client) == "cuda" && cmma_supported(client, types.operand),
+        };
+        // The patch kernel reads dense operands of one buffer type, the weight possibly
+        // flipped (see `Layout::patch_read`).
+        let patch_read = self
+            .layout
+            .patch_read(problem)
+            .filter(|_| types.input == types.weight);
+        let (used, plan) = match (cmma, patch_read) {
+            (false, _) => (ConvPathUsed::Tiled, None),
+            (true, None) => (ConvPathUsed::Cmma, None),
+            (true, Some(_)) => cmma_kernel(client, problem),
+        };
+
+        // Without bias the kernels take a 1-element placeholder that they never read (a bias
+        // flag at run time rather than a compile-time option halves the kernels to compile).
+        let placeholder;
+        let (bias_handle, bias_len) = match self.bias {
+            Some(bias) => (bias, problem.out_channels),
+            None => {
+                placeholder = client.empty(4);
+                (&placeholder, 1)
+            }
+        };
+        // SAFETY (of the lengths): checked against the handles' sizes above.
+        let (input, weight, output, bias) = unsafe {
+            (
+                ArrayArg::from_raw_parts(self.input.clone(), input_len),
+                ArrayArg::from_raw_parts(self.weight.clone(), weight_len),
+                ArrayArg::from_raw_parts(self.output.clone(), output_len),
+                (
+                    ArrayArg::from_raw_parts(bias_handle.clone(), bias_len),
+                    self.bias.is_some(),
+                ),
+            )
+        };
+        let dtypes = types.storage_types();
+        let layout = &self.layout;
+        match (used, plan, patch_read) {
+            (ConvPathUsed::CmmaPatch, Some(plan), Some(read)) => {
+                let dtypes = [dtypes[0], dtypes[2], dtypes[3]];
+                patch::launch(
+                    client, input, weight, bias, output, problem, plan, read, dtypes,
+                )?
+            }
+            (ConvPathUsed::Tiled, _, _) => {
+                tiled::launch(client, input, weight, bias, output, problem, layout, dtypes)?
+            }
+            _ => {
+                cmma::launch(client, input, weight, bias, output, problem, layout, dtypes)?;
+                return Ok(ConvPathUsed::Cmma);
+            }
+        }
+        Ok(used)
+    }
 }
 
 /// Spreads `tiles_m * tiles_n * groups` cubes over the x and y axes of the grid, within the

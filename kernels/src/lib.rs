@@ -18,6 +18,11 @@
 //! `Auto` takes the cmma path on CUDA where it is supported, else the tiled one. Each call is
 //! one kernel launch.
 //!
+//! The same kernels compute a conv's gradients on the operands as stored: the input gradient
+//! as a forward conv with the weight read transposed and flipped
+//! ([`conv2d_forward_flipped_async`]), and the weight gradient from the NCHW input and output
+//! gradient, its reduction split over parts of the batch ([`conv2d_weight_grad_async`]).
+//!
 //! The entry points are [`conv2d_forward`] (which flushes CubeCL's queue so that a launch
 //! failure comes back as an error) and [`conv2d_forward_async`] (no flush); they take raw
 //! CubeCL handles and a [`Conv2dProblem`], and return a [`ConvError`] (never panic) for bad
@@ -37,6 +42,7 @@
 
 mod cmma;
 mod gather;
+mod grad;
 mod launch;
 mod patch;
 mod problem;
@@ -44,10 +50,11 @@ mod shape;
 mod tiled;
 
 pub use cmma::CmmaConfig;
+pub use grad::{WeightGradBuffers, WeightGradTypes, conv2d_weight_grad_async, weight_grad_splits};
 pub use launch::{
     Conv2dBuffers, ConvPath, ConvPathUsed, ConvTypes, OperandType, OutputType, auto_path,
-    cmma_path_kernel, cmma_supported, conv2d_forward, conv2d_forward_async, operand_supported,
-    storage_supported,
+    cmma_path_kernel, cmma_supported, conv2d_forward, conv2d_forward_async,
+    conv2d_forward_flipped_async, operand_supported, storage_supported,
 };
 pub use problem::{Conv2dProblem, ConvError, MAX_ELEMENTS};
 pub use tiled::TiledConfig;

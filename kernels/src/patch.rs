@@ -33,8 +33,8 @@
 use cubecl::cmma::{self as cm, MatrixIdent, MatrixLayout};
 use cubecl::prelude::*;
 
-use crate::gather::bias_at;
-use crate::shape::ConvShape;
+use crate::gather::{bias_at, weight_offset};
+use crate::shape::{ConvShape, Layout, WeightRead};
 
 /// Channels per chunk (one fragment's `k`).
 const CHUNK: u32 = 16;
@@ -230,6 +230,7 @@ pub(crate) fn conv2d_patch_kernel<FS: Float, FI: Float, FO: Float>(
     tiles_m: u32,
     tiles_n: u32,
     #[comptime] cfg: PatchConfig,
+    #[comptime] read: WeightRead,
     #[define(FS, FI, FO)] _types: [StorageType; 3],
 ) {
     let bm = comptime!(cfg.bm());
@@ -285,8 +286,8 @@ pub(crate) fn conv2d_patch_kernel<FS: Float, FI: Float, FO: Float>(
         let n = n_start + nl;
         let mut v = FI::from_int(0);
         if n < shape.out_channels_per_group && c < cg {
-            let oc = group * shape.out_channels_per_group + n;
-            v = FI::cast_from(weight[((oc * cg + c) * taps + tap) as usize]);
+            let offset = weight_offset(&shape, n, c * taps + tap, read);
+            v = FI::cast_from(weight[(group * shape.w_group + offset) as usize]);
         }
         smem_w[((tap * bn + nl) * ldr + c) as usize] = v;
     }
@@ -539,10 +540,16 @@ pub(crate) fn launch<R: Runtime>(
     output: ArrayArg<R>,
     problem: &crate::Conv2dProblem,
     plan: PatchPlan,
+    read: WeightRead,
     types: [StorageType; 3],
 ) -> Result<(), crate::ConvError> {
     let cfg = plan.cfg;
     let hw = &client.properties().hardware;
+    let layout = if read.flipped {
+        Layout::flipped_weight(problem)
+    } else {
+        Layout::dense(problem)
+    };
     let tiles_m = (plan.rows as usize).div_ceil(cfg.bm() as usize);
     let tiles_n = problem.gemm_n().div_ceil(cfg.bn() as usize);
     let columns = tiles_n * problem.groups;
@@ -575,7 +582,7 @@ pub(crate) fn launch<R: Runtime>(
             weight,
             bias.0,
             output,
-            ConvShape::launch_arg(problem, CHUNK),
+            ConvShape::launch_arg(problem, &layout, CHUNK),
             bias.1 as u32,
             problem.batch as u32,
             problem.out_height() as u32,
@@ -584,6 +591,7 @@ pub(crate) fn launch<R: Runtime>(
             tiles_m as u32,
             tiles_n as u32,
             cfg,
+            read,
             types,
         );
     }

@@ -380,7 +380,7 @@ pub enum ConvError {
     },
     /// A buffer is smaller than the problem needs.
     BufferTooSmall {
-        /// `input`, `weight`, `bias` or `output`.
+        /// `input`, `weight`, `bias` or `output` (`output_grad` and `partials` for a weight gradient).
         buffer: &'static str,
         /// Bytes the problem needs.
         needed: u64,

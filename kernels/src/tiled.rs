@@ -23,7 +23,7 @@
 use cubecl::prelude::*;
 
 use crate::gather::{a_k_init, a_load, a_rows_init, a_store, b_load, b_store, bias_at};
-use crate::shape::ConvShape;
+use crate::shape::{ConvShape, Layout, WeightRead};
 
 /// Tile sizes of the tiled kernel (compile-time constants of one kernel).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -114,14 +114,16 @@ impl TiledConfig {
     }
 }
 
-/// The tiled conv2d forward kernel. `FS`: type of the input and weight buffers (`FI`, or f32
-/// rounded to `FI` as it is loaded), `FI`: operand type, `FO`: output type; sums in f32.
+/// The tiled conv2d kernel. `FA`, `FB`: types of the input and weight buffers (`FI`, or a wider
+/// type rounded to `FI` as it is loaded), `FI`: operand type, `FO`: output type; sums in f32.
+/// The operands and the output are read and written where `shape`'s offsets say, the weight as
+/// `read` says.
 #[cube(launch_unchecked)]
 // `div_ceil` is not part of the CubeCL language.
 #[allow(clippy::too_many_arguments, clippy::manual_div_ceil)]
-pub(crate) fn conv2d_tiled_kernel<FS: Float, FI: Float, FO: Float>(
-    input: &Array<FS>,
-    weight: &Array<FS>,
+pub(crate) fn conv2d_tiled_kernel<FA: Float, FB: Float, FI: Float, FO: Float>(
+    input: &Array<FA>,
+    weight: &Array<FB>,
     bias: &Array<f32>,
     output: &mut Array<FO>,
     shape: ConvShape,
@@ -131,7 +133,8 @@ pub(crate) fn conv2d_tiled_kernel<FS: Float, FI: Float, FO: Float>(
     tiles_total: u32,
     #[comptime] cfg: TiledConfig,
     #[comptime] use_mask: bool,
-    #[define(FS, FI, FO)] _types: [StorageType; 3],
+    #[comptime] read: WeightRead,
+    #[define(FA, FB, FI, FO)] _types: [StorageType; 4],
 ) {
     let bm = comptime!(cfg.bm);
     let bn = comptime!(cfg.bn);
@@ -198,7 +201,7 @@ pub(crate) fn conv2d_tiled_kernel<FS: Float, FI: Float, FO: Float>(
     let b_per_n = comptime!((bn / (units / bk)) as usize);
     let b_lane = tid % bk;
     let b_row = tid / bk;
-    let w_group = group * shape.out_channels_per_group * shape.gemm_k;
+    let w_group = group * shape.w_group;
 
     let tx = tid % units_m;
     let ty = tid / units_m;
@@ -213,7 +216,7 @@ pub(crate) fn conv2d_tiled_kernel<FS: Float, FI: Float, FO: Float>(
 
     let mut a_next = Array::<f32>::new(comptime!(a_per_k * a_per_m));
     let mut b_next = Array::<f32>::new(b_per_n);
-    a_load::<FS, FI, f32>(
+    a_load::<FA, FI, f32>(
         input,
         &shape,
         &a_origin,
@@ -228,7 +231,7 @@ pub(crate) fn conv2d_tiled_kernel<FS: Float, FI: Float, FO: Float>(
         a_per_m,
         use_mask,
     );
-    b_load::<FS, FI, f32>(
+    b_load::<FB, FI, f32>(
         weight,
         &shape,
         w_group,
@@ -239,6 +242,7 @@ pub(crate) fn conv2d_tiled_kernel<FS: Float, FI: Float, FO: Float>(
         &mut b_next,
         b_rows,
         b_per_n,
+        read,
     );
 
     let num_k_tiles = (shape.gemm_k + bk - 1u32) / bk;
@@ -275,7 +279,7 @@ pub(crate) fn conv2d_tiled_kernel<FS: Float, FI: Float, FO: Float>(
         // Issue the global loads of the next step before computing this one.
         if k_tile + 1u32 < num_k_tiles {
             let k0 = (k_tile + 1u32) * bk;
-            a_load::<FS, FI, f32>(
+            a_load::<FA, FI, f32>(
                 input,
                 &shape,
                 &a_origin,
@@ -290,7 +294,7 @@ pub(crate) fn conv2d_tiled_kernel<FS: Float, FI: Float, FO: Float>(
                 a_per_m,
                 use_mask,
             );
-            b_load::<FS, FI, f32>(
+            b_load::<FB, FI, f32>(
                 weight,
                 &shape,
                 w_group,
@@ -301,6 +305,7 @@ pub(crate) fn conv2d_tiled_kernel<FS: Float, FI: Float, FO: Float>(
                 &mut b_next,
                 b_rows,
                 b_per_n,
+                read,
             );
         }
 
@@ -336,7 +341,7 @@ pub(crate) fn conv2d_tiled_kernel<FS: Float, FI: Float, FO: Float>(
                 if n < shape.out_channels_per_group {
                     let oc = group * shape.out_channels_per_group + n;
                     let value = acc[i * tn + j] + bias_at(bias, has_bias, oc);
-                    output[((img * shape.out_channels + oc) * shape.out_hw + pix) as usize] =
+                    output[(img * shape.o_img + oc * shape.o_chan + pix) as usize] =
                         FO::cast_from(value);
                 }
             }
@@ -344,7 +349,8 @@ pub(crate) fn conv2d_tiled_kernel<FS: Float, FI: Float, FO: Float>(
     }
 }
 
-/// Launches the tiled kernel; the caller has validated the problem and the buffers.
+/// Launches the tiled kernel on `problem` in `layout`; the caller has validated the problem,
+/// the layout and the buffers. `types`: input, weight, operand and output types.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch<R: Runtime>(
     client: &ComputeClient<R>,
@@ -353,10 +359,11 @@ pub(crate) fn launch<R: Runtime>(
     bias: (ArrayArg<R>, bool),
     output: ArrayArg<R>,
     problem: &crate::Conv2dProblem,
-    types: [StorageType; 3],
+    layout: &Layout,
+    types: [StorageType; 4],
 ) -> Result<(), crate::ConvError> {
     let cfg = TiledConfig::for_problem(problem.out_channels_per_group());
-    let tiles_m = problem.gemm_m().div_ceil(cfg.bm as usize);
+    let tiles_m = layout.gemm_m(problem).div_ceil(cfg.bm as usize);
     let tiles_n = problem.gemm_n().div_ceil(cfg.bn as usize);
     let (cube_count, total) = crate::launch::cube_count(client, tiles_m, tiles_n, problem.groups)?;
     let smem = cfg.shared_memory_bytes();
@@ -377,13 +384,14 @@ pub(crate) fn launch<R: Runtime>(
             weight,
             bias.0,
             output,
-            crate::shape::ConvShape::launch_arg(problem, cfg.bk),
+            ConvShape::launch_arg(problem, layout, cfg.bk),
             bias.1 as u32,
             tiles_n as u32,
             tiles_m as u32,
             total,
             cfg,
             problem.kernel_height * problem.kernel_width <= 32,
+            layout.weight,
             types,
         );
     }

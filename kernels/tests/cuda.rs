@@ -5,12 +5,15 @@ use std::time::Instant;
 
 use burn_hetero_kernels::{
     Conv2dBuffers, Conv2dProblem, ConvPath, ConvPathUsed, ConvTypes, OperandType, OutputType,
-    auto_path, cmma_supported, conv2d_forward, conv2d_forward_async,
+    WeightGradTypes, auto_path, cmma_supported, conv2d_forward, conv2d_forward_async,
 };
 use cubecl::cuda::{CudaDevice, CudaRuntime};
 use cubecl::prelude::*;
 
 use crate::common::{check_cast_in_kernel, check_grid, large_grid, small_grid, to_bytes_operand};
+use crate::grad::{
+    check_f16_input_for_bf16, check_flipped, check_refusals, check_weight_grad, one_group,
+};
 
 /// The cmma correctness checks, for any runtime whose device supports cmma with `operand`:
 /// the small grid, f32 output and f16 output.
@@ -123,6 +126,45 @@ fn cuda_cmma_from_f32_buffers() {
             ConvPath::Cmma,
         );
     }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU; run with --ignored cuda_"]
+fn cuda_gradients() {
+    let client = cuda_client();
+    let cases = one_group(&all_cases());
+    for operand in [OperandType::F16, OperandType::BF16] {
+        // The input gradient's weight read flipped: the patch kernel for stride 1, the
+        // general cmma kernel for the rest.
+        let used = check_flipped(&client, &cases, ConvTypes::new(operand), ConvPath::Auto);
+        for kernel in [ConvPathUsed::Cmma, ConvPathUsed::CmmaPatch] {
+            assert!(used.contains(&kernel), "{operand:?}: {used:?}");
+        }
+        let used = check_weight_grad(
+            &client,
+            &cases,
+            WeightGradTypes::new(operand),
+            ConvPath::Auto,
+        );
+        assert!(
+            used.iter().all(|u| *u == ConvPathUsed::Cmma),
+            "{operand:?}: {used:?}"
+        );
+    }
+    // The forward's f16 input for a bf16 gradient, rounded in the kernel.
+    let mixed = WeightGradTypes {
+        input: OperandType::F16,
+        ..WeightGradTypes::new(OperandType::BF16)
+    };
+    check_weight_grad(&client, &cases, mixed, ConvPath::Auto);
+    check_f16_input_for_bf16(&client, &cases, ConvPath::Auto);
+    check_weight_grad(
+        &client,
+        &small_grid(),
+        WeightGradTypes::new(OperandType::F32),
+        ConvPath::Tiled,
+    );
+    check_refusals(&client);
 }
 
 #[test]

@@ -1,5 +1,7 @@
 //! The tests of burn-hetero-kernels: one binary.
 //!
+//! - `grad`: the gradient entry points (a transposed, flipped weight; the weight gradient in
+//!   partial sums) against f64 references, run by the wgpu and cuda tests;
 //! - `validation`: bad problems and buffers are refused with a clear error;
 //! - `wgpu`: the conv grid on the default wgpu device (Vulkan; lavapipe on CI) against an f64
 //!   reference, f32 and f16 operands (bf16 where the device stores it), both output types, the
@@ -11,5 +13,6 @@
 
 mod common;
 mod cuda;
+mod grad;
 mod validation;
 mod wgpu;

@@ -1,13 +1,14 @@
 //! The conv grid on the default wgpu device (Vulkan through SPIR-V; lavapipe on CI).
 
 use burn_hetero_kernels::{
-    ConvError, ConvPath, ConvPathUsed, ConvTypes, OperandType, OutputType, auto_path,
-    cmma_path_kernel, cmma_supported, operand_supported,
+    Conv2dProblem, ConvError, ConvPath, ConvPathUsed, ConvTypes, OperandType, OutputType,
+    WeightGradTypes, auto_path, cmma_path_kernel, cmma_supported, operand_supported,
 };
 use cubecl::prelude::*;
 use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
 
-use crate::common::{check_cast_in_kernel, check_grid, launch_error, small_grid};
+use crate::common::{Case, check_cast_in_kernel, check_grid, launch_error, small_grid};
+use crate::grad::{check_flipped, check_refusals, check_weight_grad, one_group};
 
 /// The client of the default wgpu device.
 pub fn client() -> ComputeClient<WgpuRuntime> {
@@ -136,4 +137,56 @@ fn bf16_refused_where_not_stored() {
         matches!(err, ConvError::Unsupported(_)) && err.to_string().contains("BF16"),
         "{err}"
     );
+}
+
+#[test]
+fn flipped_weight_tiled() {
+    let client = client();
+    let cases = one_group(&small_grid());
+    for types in [
+        ConvTypes::new(OperandType::F32),
+        ConvTypes::new(OperandType::F16),
+        ConvTypes::new(OperandType::F16).with_storage(OperandType::F32),
+    ] {
+        let used = check_flipped(&client, &cases, types, ConvPath::Tiled);
+        assert!(used.iter().all(|u| *u == ConvPathUsed::Tiled), "{used:?}");
+    }
+}
+
+#[test]
+fn weight_grad_tiled() {
+    let client = client();
+    let mut cases = one_group(&small_grid());
+    // A batch that splits into 2, 4 and 8 parts.
+    cases.push(Case {
+        name: "batch 8 stride 2",
+        problem: Conv2dProblem::new(8, 4, [10, 9], 6, [3, 3])
+            .with_stride([2, 2])
+            .with_padding([1, 1]),
+        bias: false,
+    });
+    for types in [
+        WeightGradTypes::new(OperandType::F32),
+        WeightGradTypes::new(OperandType::F16),
+        WeightGradTypes {
+            input: OperandType::F32,
+            ..WeightGradTypes::new(OperandType::F16)
+        },
+    ] {
+        let used = check_weight_grad(&client, &cases, types, ConvPath::Tiled);
+        assert!(used.iter().all(|u| *u == ConvPathUsed::Tiled), "{used:?}");
+    }
+    // Auto keeps to the tiled kernel here, as for the forward.
+    let used = check_weight_grad(
+        &client,
+        &cases[..3],
+        WeightGradTypes::new(OperandType::F16),
+        ConvPath::Auto,
+    );
+    assert!(used.iter().all(|u| *u == ConvPathUsed::Tiled), "{used:?}");
+}
+
+#[test]
+fn gradient_refusals() {
+    check_refusals(&client());
 }
