@@ -160,7 +160,7 @@ fn cuda_gradients() {
     check_f16_input_for_bf16(&client, &cases, ConvPath::Auto);
     check_weight_grad(
         &client,
-        &small_grid(),
+        &one_group(&small_grid()),
         WeightGradTypes::new(OperandType::F32),
         ConvPath::Tiled,
     );
