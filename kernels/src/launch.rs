@@ -339,22 +339,7 @@ pub fn conv2d_forward_async<R: Runtime>(
 ) -> Result<ConvPathUsed, ConvError> {
     problem.validate()?;
     check_forward_storage(types)?;
-    let call = Call {
-        names: ["input", "weight", "output"],
-        input: buffers.input,
-        weight: buffers.weight,
-        bias: buffers.bias,
-        output: buffers.output,
-        problem: *problem,
-        layout: Layout::dense(problem),
-        lens: [
-            problem.input_len(),
-            problem.weight_len(),
-            problem.output_len(),
-        ],
-        types: KernelTypes::of(types),
-    };
-    call.launch(client, path)
+    forward_call(buffers, problem, types, Layout::dense(problem)).launch(client, path)
 }
 
 /// [`conv2d_forward_async`] with the weight read transposed and flipped:
@@ -378,22 +363,7 @@ pub fn conv2d_forward_flipped_async<R: Runtime>(
         )));
     }
     check_forward_storage(types)?;
-    let call = Call {
-        names: ["input", "weight", "output"],
-        input: buffers.input,
-        weight: buffers.weight,
-        bias: buffers.bias,
-        output: buffers.output,
-        problem: *problem,
-        layout: Layout::flipped_weight(problem),
-        lens: [
-            problem.input_len(),
-            problem.weight_len(),
-            problem.output_len(),
-        ],
-        types: KernelTypes::of(types),
-    };
-    call.launch(client, path)
+    forward_call(buffers, problem, types, Layout::flipped_weight(problem)).launch(client, path)
 }
 
 /// The forward entry points read operands of the operand type itself or f32.
@@ -586,4 +556,28 @@ pub(crate) fn cube_count<R: Runtime>(
         });
     }
     Ok((CubeCount::Static(x as u32, y as u32, 1), total as u32))
+}
+
+/// The call of a forward conv (dense or flipped weight) on caller buffers.
+fn forward_call<'a>(
+    buffers: Conv2dBuffers<'a>,
+    problem: &Conv2dProblem,
+    types: ConvTypes,
+    layout: Layout,
+) -> Call<'a> {
+    Call {
+        names: ["input", "weight", "output"],
+        input: buffers.input,
+        weight: buffers.weight,
+        bias: buffers.bias,
+        output: buffers.output,
+        problem: *problem,
+        layout,
+        lens: [
+            problem.input_len(),
+            problem.weight_len(),
+            problem.output_len(),
+        ],
+        types: KernelTypes::of(types),
+    }
 }

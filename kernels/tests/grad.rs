@@ -12,8 +12,8 @@ use half::{bf16, f16};
 use rand::Rng;
 
 use crate::common::{
-    Case, bound, case_rng, from_bytes_output, nan_bytes, reference_conv, rel_l2, suite_seed,
-    to_bytes_operand,
+    Case, assert_no_failures, bound, case_rng, from_bytes_output, nan_bytes, reference_conv,
+    rel_l2, to_bytes_operand,
 };
 
 /// The weight `[OC, C, KH, KW]` that the flipped read of `buffer` (`[C, OC, KH, KW]`) sees.
@@ -171,13 +171,7 @@ pub fn check_flipped<R: Runtime>(
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failure(s) (replay with BURN_HETERO_TEST_SEED={}):\n{}",
-        failures.len(),
-        suite_seed(),
-        failures.join("\n")
-    );
+    assert_no_failures("", &failures);
     eprintln!(
         "flipped weight {types:?} {path:?}: {} cases x 2, worst relative L2 {worst:.3e}, kernels {used:?}",
         cases.len()
@@ -276,13 +270,7 @@ pub fn check_weight_grad<R: Runtime>(
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failure(s) (replay with BURN_HETERO_TEST_SEED={}):\n{}",
-        failures.len(),
-        suite_seed(),
-        failures.join("\n")
-    );
+    assert_no_failures("", &failures);
     eprintln!(
         "weight grad {types:?} {path:?}: {} cases, worst relative L2 {worst:.3e}, kernels {:?}",
         cases.len(),
@@ -344,13 +332,7 @@ pub fn check_f16_input_for_bf16<R: Runtime>(
             (Err(e), _) | (_, Err(e)) => failures.push(format!("{}: {e}", case.name)),
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failure(s) (replay with BURN_HETERO_TEST_SEED={}):\n{}",
-        failures.len(),
-        suite_seed(),
-        failures.join("\n")
-    );
+    assert_no_failures("", &failures);
 }
 
 /// Bad calls of the gradient entry points are refused with errors that name the problem.

@@ -774,13 +774,7 @@ pub fn check_cast_in_kernel<R: Runtime>(
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{types:?} {path:?}: {} failure(s) (replay with BURN_HETERO_TEST_SEED={}):\n{}",
-        failures.len(),
-        suite_seed(),
-        failures.join("\n")
-    );
+    assert_no_failures(&format!("{types:?} {path:?}: "), &failures);
     eprintln!(
         "{types:?} {path:?}: {} cases x 2, the cast in the kernel gives the host cast's bits, kernels {:?}",
         cases.len(),
@@ -829,13 +823,7 @@ pub fn check_grid<R: Runtime>(
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failure(s) (replay with BURN_HETERO_TEST_SEED={}):\n{}",
-        failures.len(),
-        suite_seed(),
-        failures.join("\n")
-    );
+    assert_no_failures("", &failures);
     eprintln!(
         "{types:?} {path:?}: {} cases x 2, worst relative L2 {worst:.3e} (bound {limit:e}), kernels {:?}",
         cases.len(),
@@ -889,4 +877,16 @@ pub fn launch_error<R: Runtime>(
         output: &output,
     };
     conv2d_forward(client, buffers, problem, types, path).expect_err("the launch must be refused")
+}
+
+/// Fails with every failure of a check and the seed that replays it; `context` prefixes the
+/// count.
+pub fn assert_no_failures(context: &str, failures: &[String]) {
+    assert!(
+        failures.is_empty(),
+        "{context}{} failure(s) (replay with BURN_HETERO_TEST_SEED={}):\n{}",
+        failures.len(),
+        suite_seed(),
+        failures.join("\n")
+    );
 }
