@@ -16,7 +16,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{Call, KernelTypes};
+use crate::launch::{Call, KernelTypes, require_one_group};
 use crate::problem::{Conv2dProblem, ConvError, MAX_ELEMENTS};
 use crate::shape::{Layout, WeightRead};
 use crate::{ConvPath, ConvPathUsed, OperandType, OutputType};
@@ -100,12 +100,7 @@ pub fn conv2d_weight_grad_async<R: Runtime>(
     path: ConvPath,
 ) -> Result<ConvPathUsed, ConvError> {
     problem.validate()?;
-    if problem.groups != 1 {
-        return Err(ConvError::Unsupported(format!(
-            "the weight gradient kernel takes one group, the problem has {}",
-            problem.groups
-        )));
-    }
+    require_one_group(problem, "the weight gradient kernel")?;
     for (what, storage) in [
         ("input", types.input),
         ("output gradient", types.output_grad),

@@ -356,12 +356,7 @@ pub fn conv2d_forward_flipped_async<R: Runtime>(
     path: ConvPath,
 ) -> Result<ConvPathUsed, ConvError> {
     problem.validate()?;
-    if problem.groups != 1 {
-        return Err(ConvError::Unsupported(format!(
-            "a flipped weight needs one group, the problem has {}",
-            problem.groups
-        )));
-    }
+    require_one_group(problem, "a flipped weight")?;
     check_forward_storage(types)?;
     forward_call(buffers, problem, types, Layout::flipped_weight(problem)).launch(client, path)
 }
@@ -580,4 +575,15 @@ fn forward_call<'a>(
         ],
         types: KernelTypes::of(types),
     }
+}
+
+/// An `Unsupported` error unless `problem` has one group; `what` names what needs it.
+pub(crate) fn require_one_group(problem: &Conv2dProblem, what: &str) -> Result<(), ConvError> {
+    if problem.groups == 1 {
+        return Ok(());
+    }
+    Err(ConvError::Unsupported(format!(
+        "{what} takes one group, the problem has {}",
+        problem.groups
+    )))
 }
