@@ -61,6 +61,31 @@ fn slot_bytes() -> usize {
     })
 }
 
+/// A tail of at most this many bytes after a full chunk goes with that chunk (each slot holds
+/// that much more): a conv's weight after its input, which filled a chunk, would otherwise be a
+/// copy of its own, paying a copy's fixed cost (~5 µs on the bus, more in all on the H200) for a
+/// few KiB, while its fill is too short to overlap anything.
+const TAIL_BYTES: usize = 256 << 10;
+
+/// The chunks of an upload of `len` bytes through slots of `slot` (+ [`TAIL_BYTES`]) bytes, as
+/// `(offset, bytes)`.
+fn chunks(len: usize, slot: usize) -> impl Iterator<Item = (usize, usize)> {
+    let mut offset = 0;
+    core::iter::from_fn(move || {
+        if offset >= len {
+            return None;
+        }
+        let left = len - offset;
+        let n = if left <= slot + TAIL_BYTES {
+            left
+        } else {
+            slot
+        };
+        offset += n;
+        Some((offset - n, n))
+    })
+}
+
 /// Bytes of device buffers a thread keeps for reuse; past it, the least recently used free
 /// buffers are released (and uploads that find none free allocate without keeping).
 const KEPT_BYTES: usize = 512 << 20;
@@ -131,7 +156,7 @@ thread_local! {
 /// (the end event says when the slot may be rewritten; both time the copy when profiling).
 struct Staging {
     device_index: usize,
-    /// Bytes of each slot.
+    /// Bytes of a full chunk (each slot holds [`TAIL_BYTES`] more).
     slot_bytes: usize,
     slots: [*mut u8; 2],
     starts: [sys::CUevent; 2],
@@ -218,7 +243,7 @@ impl Staging {
         };
         for i in 0..2 {
             // SAFETY: a context is current; the pointer is freed in `drop`.
-            staging.slots[i] = unsafe { result::malloc_host(staging.slot_bytes, 0) }
+            staging.slots[i] = unsafe { result::malloc_host(staging.slot_bytes + TAIL_BYTES, 0) }
                 .map_err(|e| driver_error("cuMemHostAlloc", e))?
                 as *mut u8;
             for events in [&mut staging.starts, &mut staging.ends] {
@@ -308,13 +333,12 @@ impl Staging {
     ) -> Result<(), String> {
         // Per slot, the bytes of its copy in flight.
         let mut pending = [None; 2];
-        for (chunk, offset) in (0..len).step_by(self.slot_bytes).enumerate() {
+        for (chunk, (offset, n)) in chunks(len, self.slot_bytes).enumerate() {
             let slot = chunk % 2;
-            let n = self.slot_bytes.min(len - offset);
             if let Some(bytes) = pending[slot] {
                 stages.add_copy(bytes, self.wait(slot, profiling)?);
             }
-            // SAFETY: the slot holds slot_bytes >= n bytes, only this thread uses it, and its
+            // SAFETY: the slot holds slot_bytes + TAIL_BYTES >= n bytes, only this thread uses it, and its
             // last copy has completed (waited for above).
             let host = unsafe { std::slice::from_raw_parts_mut(self.slots[slot], n) };
             let fill_start = Instant::now();
