@@ -50,6 +50,9 @@ pub use backend::Hetero;
 pub use deferred::{deferred_read_fallbacks, inject_deferred_read_failure};
 pub use device::AcceleratorInfo;
 pub use fallback::inject_accelerator_failure;
+/// conv2d and its gradients of f32 burn-flex tensors on the CPU, as `Hetero<Flex, _>` runs the
+/// convs placed there.
+pub use ops::conv as cpu_conv;
 pub use placement::{
     ENV_ACCELERATOR, ENV_PLACEMENT, ENV_STRICT, HeteroConfig, OpKind, Placement, Precision,
 };

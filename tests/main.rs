@@ -80,6 +80,7 @@ mod autodiff;
 mod batch_norm;
 mod cast;
 mod conv_numerics;
+mod cpu_conv;
 mod model;
 mod optim;
 mod placement;

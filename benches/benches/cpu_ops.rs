@@ -8,6 +8,7 @@
 
 use burn::tensor::{Distribution, Slice, Tensor};
 use burn_backend::Backend;
+use burn_backend::ops::ConvOptions;
 use burn_backend::tensor::FloatTensor;
 use burn_hetero::norm::BatchNormBackend;
 use divan::Bencher;
@@ -104,6 +105,58 @@ fn reshape_permuted<B: Backend>(bencher: Bencher) {
     bencher.bench_local(|| {
         t.clone()
             .reshape([SHAPE[0], SHAPE[1] * SHAPE[2] * SHAPE[3]])
+    });
+}
+
+/// The convs of a ResNet20 step placed on the CPU: its first stage's 3×3 conv (`[32, 16, 32,
+/// 32]`, 16 filters, padding 1), the stride-2 conv into the second stage, and a last-stage conv
+/// (`[32, 64, 8, 8]`). burn-ndarray and burn-flex run their own ops; `Hetero`, its convs placed
+/// on the CPU, runs `burn_hetero::cpu_conv`.
+const CONVS: [(&str, [usize; 4], [usize; 4], usize); 3] = [
+    ("16x32x32-3x3", SHAPE, [16, 16, 3, 3], 1),
+    ("16x32x32-3x3-s2", SHAPE, [32, 16, 3, 3], 2),
+    ("64x8x8-3x3", [32, 64, 8, 8], [64, 64, 3, 3], 1),
+];
+
+/// The operands of conv `name`: input, weight, an output gradient, options; `Hetero` set to
+/// place its convs on the CPU.
+fn conv_operands<B: Backend>(
+    name: &str,
+) -> (
+    FloatTensor<B>,
+    FloatTensor<B>,
+    FloatTensor<B>,
+    ConvOptions<2>,
+) {
+    Hetero::configure(&Default::default(), burn_hetero::HeteroConfig::cpu_only());
+    let (_, x, w, stride) = CONVS.iter().find(|c| c.0 == name).expect("a listed conv");
+    let options = ConvOptions::new([*stride; 2], [1, 1], [1, 1], 1);
+    let out = [x[0], w[0], x[2] / stride, x[3] / stride];
+    (
+        primitive(&random::<B, 4>(*x)),
+        primitive(&random::<B, 4>(*w)),
+        primitive(&random::<B, 4>(out)),
+        options,
+    )
+}
+
+#[divan::bench(types = [NdArray, Flex, Hetero], args = ["16x32x32-3x3", "16x32x32-3x3-s2", "64x8x8-3x3"], sample_count = 10)]
+fn conv2d_forward<B: Backend>(bencher: Bencher, conv: &str) {
+    let (x, w, _, options) = conv_operands::<B>(conv);
+    bencher.bench_local(|| B::conv2d(x.clone(), w.clone(), None, options.clone()));
+}
+
+#[divan::bench(types = [NdArray, Flex, Hetero], args = ["16x32x32-3x3", "16x32x32-3x3-s2", "64x8x8-3x3"], sample_count = 10)]
+fn conv2d_x_backward<B: Backend>(bencher: Bencher, conv: &str) {
+    let (x, w, g, options) = conv_operands::<B>(conv);
+    bencher.bench_local(|| B::conv2d_x_backward(x.clone(), w.clone(), g.clone(), options.clone()));
+}
+
+#[divan::bench(types = [NdArray, Flex, Hetero], args = ["16x32x32-3x3", "16x32x32-3x3-s2", "64x8x8-3x3"], sample_count = 10)]
+fn conv2d_weight_backward<B: Backend>(bencher: Bencher, conv: &str) {
+    let (x, w, g, options) = conv_operands::<B>(conv);
+    bencher.bench_local(|| {
+        B::conv2d_weight_backward(x.clone(), w.clone(), g.clone(), options.clone())
     });
 }
 

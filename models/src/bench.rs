@@ -27,6 +27,8 @@ pub enum BenchBackend {
     CpuNdarray,
     /// Everything on the CPU, burn-flex.
     CpuFlex,
+    /// burn-hetero with every op on the CPU: burn-flex with burn-hetero's own CPU ops and convs.
+    HeteroCpu,
     /// burn-hetero with only the conv forward on the accelerator (f16); gradients on the CPU.
     HeteroForward,
     /// burn-hetero with the default placement: every conv phase on the accelerator.
@@ -40,6 +42,7 @@ impl BenchBackend {
         match self {
             BenchBackend::CpuNdarray => "cpu-ndarray",
             BenchBackend::CpuFlex => "cpu-flex",
+            BenchBackend::HeteroCpu => "hetero-cpu",
             BenchBackend::HeteroForward => "hetero-forward",
             BenchBackend::Hetero => "hetero",
             BenchBackend::Gpu => "gpu",
@@ -188,11 +191,15 @@ fn cell_args(args: &BenchArgs, model: ModelName, batch: usize, backend: BenchBac
     (train.backend, train.cpu) = match backend {
         BenchBackend::CpuNdarray => (BackendName::Cpu, CpuName::Ndarray),
         BenchBackend::CpuFlex => (BackendName::Cpu, CpuName::Flex),
-        BenchBackend::HeteroForward | BenchBackend::Hetero => (BackendName::Hetero, CpuName::Flex),
+        BenchBackend::HeteroCpu | BenchBackend::HeteroForward | BenchBackend::Hetero => {
+            (BackendName::Hetero, CpuName::Flex)
+        }
         BenchBackend::Gpu => (BackendName::Gpu, CpuName::Flex),
     };
-    if backend == BenchBackend::HeteroForward {
-        train.placement = Some("dgrad=cpu,wgrad=cpu".into());
+    match backend {
+        BenchBackend::HeteroCpu => train.placement = Some("all=cpu".into()),
+        BenchBackend::HeteroForward => train.placement = Some("dgrad=cpu,wgrad=cpu".into()),
+        _ => {}
     }
     train
 }

@@ -417,7 +417,7 @@ fn bench_times_each_cell_and_compares_with_pytorch() {
     };
     let outcome = bench(&[
         "--backends",
-        "cpu-flex,hetero-forward",
+        "cpu-flex,hetero-cpu,hetero-forward",
         "--torch",
         torch_arg,
         "--output",
@@ -425,21 +425,27 @@ fn bench_times_each_cell_and_compares_with_pytorch() {
     ])
     .unwrap();
     let rows = outcome.bench;
-    assert_eq!(rows.len(), 2);
+    assert_eq!(rows.len(), 3);
     assert_eq!(
-        (rows[0].backend, rows[1].backend),
-        (BenchBackend::CpuFlex, BenchBackend::HeteroForward)
+        (rows[0].backend, rows[1].backend, rows[2].backend),
+        (
+            BenchBackend::CpuFlex,
+            BenchBackend::HeteroCpu,
+            BenchBackend::HeteroForward
+        )
     );
     assert!(
         rows[0].ran_on.starts_with("cpu (flex"),
         "{}",
         rows[0].ran_on
     );
-    assert!(
-        rows[1].ran_on.starts_with("hetero: flex + Vulkan"),
-        "{}",
-        rows[1].ran_on
-    );
+    for row in &rows[1..] {
+        assert!(
+            row.ran_on.starts_with("hetero: flex + Vulkan"),
+            "{}",
+            row.ran_on
+        );
+    }
     let written = std::fs::read_to_string(&table).unwrap();
     assert!(
         written.contains("| ms/step (median) | × PyTorch cpu | × PyTorch gpu |"),

@@ -76,7 +76,7 @@ pub(crate) fn conv2d<C: Backend, A: Accelerator>(
             let x = t.pop().expect("x");
             A::accel_conv2d(x, weight, bias, accel_options)
         },
-        move || C::conv2d(x, weight, bias, options),
+        move || super::conv::cpu_conv2d::<C>(x, weight, bias, options),
     )
 }
 
@@ -117,7 +117,7 @@ pub(crate) fn conv2d_x_backward<C: Backend, A: Accelerator>(
     );
     let kept_options = options.clone();
     let (x_grad, mut extra) = offload::run_parts::<C, A>(main, extras, move || {
-        C::conv2d_x_backward(x, weight, output_grad, options)
+        super::conv::cpu_conv2d_x_backward::<C>(x, weight, output_grad, options)
     });
     if let (Some((x, weight, output_grad)), Some(weight_grad), Some(conv)) =
         (operands, extra.pop(), conv)
@@ -176,7 +176,7 @@ pub(crate) fn conv2d_weight_backward<C: Backend, A: Accelerator>(
         options.clone(),
     );
     offload::run_parts::<C, A>(part, Vec::new(), move || {
-        C::conv2d_weight_backward(x, weight, output_grad, options)
+        super::conv::cpu_conv2d_weight_backward::<C>(x, weight, output_grad, options)
     })
     .0
 }
@@ -209,7 +209,7 @@ fn weight_grad_part<'a, C: Backend, A: Accelerator>(
             A::accel_conv2d_weight_backward(x, w_shape, output_grad, options)
         }),
         read_later: Some(Box::new(move || {
-            C::conv2d_weight_backward(x, weight, output_grad, cpu_options)
+            super::conv::cpu_conv2d_weight_backward::<C>(x, weight, output_grad, cpu_options)
         })),
     }
 }
