@@ -13,7 +13,8 @@ use burn_hetero::cpu_conv;
 
 /// The grid of `conv_numerics` and the layers of the models: ResNet's 3×3 convs at stride 1
 /// and 2, option B's 1×1 shortcut at stride 2, a 1×1 conv at stride 1 (the planes read in
-/// place), the MNIST net's 5×5 layers, and planes longer than one task's block of outputs.
+/// place), the MNIST net's 5×5 layers, planes longer than one task's block of outputs, and
+/// small planes of large batches (several images per task).
 fn cases() -> Vec<ConvCase> {
     let case = |n, c_in, hw: [usize; 2], c_out, k: usize, stride: usize, padding: usize| ConvCase {
         n,
@@ -36,6 +37,11 @@ fn cases() -> Vec<ConvCase> {
         case(2, 24, [9, 11], 20, 1, 1, 0),
         case(3, 20, [12, 12], 50, 5, 1, 0),
         case(1, 3, [40, 37], 8, 3, 1, 1),
+        // Batches large enough that small planes go several images to a task (the last task
+        // holding fewer), in place of one image each.
+        case(40, 8, [6, 7], 12, 3, 1, 1),
+        case(40, 6, [9, 9], 10, 1, 1, 0),
+        case(37, 5, [10, 10], 7, 3, 2, 1),
     ]);
     // The same 1×1 conv with a bias and groups.
     let mut grouped = case(2, 24, [9, 11], 20, 1, 1, 0);

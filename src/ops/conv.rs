@@ -38,6 +38,10 @@ const COLUMN_BLOCK: usize = 512;
 /// holds this many `(channel, tap)` rows.
 const DGRAD_ROWS: usize = 128;
 
+/// Tasks a phase is cut into at least, where the batch allows, when whole images go together:
+/// enough for the 16 cores of the machines measured.
+const MIN_UNITS: usize = 16;
+
 /// Partial sums of a weight gradient: enough to spread over the threads of a large CPU, few
 /// enough that adding them is negligible.
 const WGRAD_PARTS: usize = 16;
@@ -161,18 +165,65 @@ impl Geometry {
         o * self.stride[axis] + k * self.dilation[axis] - self.padding[axis]
     }
 
-    /// The blocks of output positions of one image, `(start, len)`.
-    fn column_blocks(&self) -> impl Iterator<Item = (usize, usize)> + Clone {
+    /// The im2col columns of the tasks, in order: blocks of one image's output positions, or,
+    /// where an image has fewer than half a block, whole images together (so that each `gemm`
+    /// call still has a long side: at `[32, 64, 8, 8]` one image is 64 positions), as many as
+    /// fit a block while the batch still makes [`MIN_UNITS`] tasks. With
+    /// `whole_images` only the latter (an input gradient's task scatters onto whole planes).
+    fn column_units(&self, whole_images: bool) -> Vec<Columns> {
         let plane = self.out_plane();
-        let blocks = plane.div_ceil(COLUMN_BLOCK);
-        let block = plane.div_ceil(blocks);
-        (0..blocks).map(move |i| (i * block, block.min(plane - i * block)))
+        if plane * 2 >= COLUMN_BLOCK && !whole_images {
+            let blocks = plane.div_ceil(COLUMN_BLOCK);
+            let block = plane.div_ceil(blocks);
+            return (0..self.batch * blocks)
+                .map(|i| {
+                    let start = (i % blocks) * block;
+                    Columns {
+                        first: i / blocks,
+                        images: 1,
+                        start,
+                        len: block.min(plane - start),
+                    }
+                })
+                .collect();
+        }
+        let per = (COLUMN_BLOCK / plane).clamp(1, self.batch.div_ceil(MIN_UNITS).max(1));
+        (0..self.batch.div_ceil(per))
+            .map(|i| Columns {
+                first: i * per,
+                images: per.min(self.batch - i * per),
+                start: 0,
+                len: plane,
+            })
+            .collect()
     }
 
     /// The input channels of a group per input-gradient task.
     fn dgrad_channels(&self) -> usize {
         let chunks = self.reduction().div_ceil(DGRAD_ROWS);
         self.in_per_group().div_ceil(chunks)
+    }
+}
+
+/// The im2col columns of one task: output positions `start..start + len` of each of `images`
+/// images from `first` (a block of one image, or whole planes of several).
+#[derive(Clone, Copy, Debug)]
+struct Columns {
+    first: usize,
+    images: usize,
+    start: usize,
+    len: usize,
+}
+
+impl Columns {
+    fn width(&self) -> usize {
+        self.images * self.len
+    }
+
+    /// Whether the columns are one block of one image, which the NCHW planes hold as a dense
+    /// run: operands and results are then read and written in place.
+    fn in_place(&self) -> bool {
+        self.images == 1
     }
 }
 
@@ -195,14 +246,16 @@ thread_local! {
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Runs `f` with this thread's scratch buffer of at least `len` values (contents unspecified).
-fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+/// Runs `f` with two parts of this thread's scratch buffer, of `a` and `b` values (contents
+/// unspecified).
+fn with_scratch<R>(a: usize, b: usize, f: impl FnOnce(&mut [f32], &mut [f32]) -> R) -> R {
     SCRATCH.with(|cell| {
         let mut buffer = cell.borrow_mut();
-        if buffer.len() < len {
-            buffer.resize(len, 0.0);
+        if buffer.len() < a + b {
+            buffer.resize(a + b, 0.0);
         }
-        f(&mut buffer[..len])
+        let (first, rest) = buffer.split_at_mut(a);
+        f(first, &mut rest[..b])
     })
 }
 
@@ -246,15 +299,16 @@ unsafe fn product(
     }
 }
 
-/// Writes the im2col block of `image` (all its channels, NCHW) for `group` and output positions
-/// `start..start + len` into `cols`, row-major `[reduction, len]`, zeros where a tap falls in
-/// the padding.
+/// Writes the im2col rows of `image` (all its channels, NCHW) for `group` and output positions
+/// `start..start + len` into `cols`, row `r` at `cols[r * row_stride..][..len]`, zeros where a
+/// tap falls in the padding.
 fn im2col(
     g: &Geometry,
     image: &[f32],
     group: usize,
     (start, len): (usize, usize),
     cols: &mut [f32],
+    row_stride: usize,
 ) {
     let [kh, kw] = g.kernel;
     let ow = g.out[1];
@@ -264,7 +318,7 @@ fn im2col(
             let (y_lo, y_hi) = g.valid_outputs(0, ky);
             for kx in 0..kw {
                 let (x_lo, x_hi) = g.valid_outputs(1, kx);
-                let row = &mut cols[((c * kh + ky) * kw + kx) * len..][..len];
+                let row = &mut cols[((c * kh + ky) * kw + kx) * row_stride..][..len];
                 let mut p = start;
                 while p < start + len {
                     let (oy, ox0) = (p / ow, p % ow);
@@ -283,8 +337,8 @@ fn im2col(
                             if g.stride[1] == 1 {
                                 inside.copy_from_slice(&line[first..][..hi - lo]);
                             } else {
-                                for (v, i) in inside.iter_mut().zip((first..).step_by(g.stride[1]))
-                                {
+                                let taps = (first..).step_by(g.stride[1]);
+                                for (v, i) in inside.iter_mut().zip(taps) {
                                     *v = line[i];
                                 }
                             }
@@ -297,9 +351,47 @@ fn im2col(
     }
 }
 
+/// The im2col matrix of `columns` for `group`: `[reduction, columns.width()]`, the images side
+/// by side.
+fn gather_columns(g: &Geometry, x: &[f32], group: usize, columns: Columns, cols: &mut [f32]) {
+    let image_len = g.in_channels * g.in_plane();
+    for j in 0..columns.images {
+        let image = &x[(columns.first + j) * image_len..][..image_len];
+        let block = (columns.start, columns.len);
+        im2col(
+            g,
+            image,
+            group,
+            block,
+            &mut cols[j * columns.len..],
+            columns.width(),
+        );
+    }
+}
+
+/// The output gradient's rows of `group` for `columns`, `[out_per_group, columns.width()]`, the
+/// images side by side.
+fn gather_output_grad(
+    g: &Geometry,
+    output_grad: &[f32],
+    group: usize,
+    columns: Columns,
+    dy: &mut [f32],
+) {
+    let (plane, ocg, width) = (g.out_plane(), g.out_per_group(), columns.width());
+    for j in 0..columns.images {
+        let first = ((columns.first + j) * g.out_channels + group * ocg) * plane + columns.start;
+        for o in 0..ocg {
+            dy[o * width + j * columns.len..][..columns.len]
+                .copy_from_slice(&output_grad[first + o * plane..][..columns.len]);
+        }
+    }
+}
+
 /// Adds the rows of `cols` (`[(channel, tap), out_plane]` for `channels` consecutive input
-/// channels) onto their input positions in `planes`, those channels' gradient planes.
-fn col2im(g: &Geometry, cols: &[f32], channels: usize, planes: &mut [f32]) {
+/// channels, row `r` at `cols[r * row_stride..]`) onto their input positions in `planes`, those
+/// channels' gradient planes.
+fn col2im(g: &Geometry, cols: &[f32], row_stride: usize, channels: usize, planes: &mut [f32]) {
     let [kh, kw] = g.kernel;
     let (ow, plane_len) = (g.out[1], g.out_plane());
     for c in 0..channels {
@@ -311,7 +403,7 @@ fn col2im(g: &Geometry, cols: &[f32], channels: usize, planes: &mut [f32]) {
                 if x_lo >= x_hi {
                     continue;
                 }
-                let row = &cols[((c * kh + ky) * kw + kx) * plane_len..][..plane_len];
+                let row = &cols[((c * kh + ky) * kw + kx) * row_stride..][..plane_len];
                 let first = g.input_at(1, x_lo, kx);
                 for oy in y_lo..y_hi {
                     let line = &mut plane[g.input_at(0, oy, ky) * g.width..][..g.width];
@@ -335,52 +427,70 @@ fn col2im(g: &Geometry, cols: &[f32], channels: usize, planes: &mut [f32]) {
 /// all dense; the output `[N, OC, OH, OW]`.
 fn forward(g: &Geometry, x: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
     let (k, plane, ocg) = (g.reduction(), g.out_plane(), g.out_per_group());
-    let blocks: Vec<_> = g.column_blocks().collect();
+    let units = g.column_units(false);
     super::elementwise::filled(g.y_len(), |slots| {
         let out = SharedOut(slots.as_mut_ptr().cast::<f32>());
-        let task = |index: usize| {
-            let (n, block) = (index / blocks.len(), blocks[index % blocks.len()]);
-            let image = &x[n * g.in_channels * g.in_plane()..][..g.in_channels * g.in_plane()];
+        let task = |columns: &Columns| {
+            let width = columns.width();
             for group in 0..g.groups {
-                let first_out = n * g.out_channels + group * ocg;
-                let y = out.get().wrapping_add(first_out * plane + block.0);
-                if let Some(bias) = bias {
-                    for o in 0..ocg {
-                        // SAFETY: row `o` of this task's block lies inside the output and is
-                        // written by this task alone.
-                        unsafe {
-                            core::slice::from_raw_parts_mut(y.add(o * plane), block.1)
+                let w = &weight[group * ocg * k..][..ocg * k];
+                // y = w · cols (+ bias) into `y` (row stride `y_row`), `cols` `k × width`.
+                let run = |y: *mut f32, y_row: usize, cols: *const f32, cols_row: usize| {
+                    if let Some(bias) = bias {
+                        for o in 0..ocg {
+                            // SAFETY: row `o` of the destination block is this task's alone.
+                            unsafe { core::slice::from_raw_parts_mut(y.add(o * y_row), width) }
                                 .fill(bias[group * ocg + o]);
                         }
                     }
-                }
-                let w = &weight[group * ocg * k..][..ocg * k];
-                let run = |cols: *const f32, cols_row: isize| {
-                    // SAFETY: `w` is `ocg × k` dense, `cols` addresses `k × block.1` values
-                    // inside its buffer, and the destination rows are this task's block
-                    // (filled above when accumulating onto the bias).
+                    // SAFETY: `w` is `ocg × k` dense, `cols` addresses `k × width` values of
+                    // its buffer, the destination block is this task's (filled above when
+                    // accumulating onto the bias).
                     unsafe {
                         product(
-                            [ocg, block.1, k],
-                            (y, plane as isize, 1),
+                            [ocg, width, k],
+                            (y, y_row as isize, 1),
                             (w.as_ptr(), k as isize, 1),
-                            (cols, cols_row, 1),
+                            (cols, cols_row as isize, 1),
                             bias.is_some(),
                         );
                     }
                 };
-                if g.pointwise() {
-                    let first = group * g.in_per_group() * g.in_plane() + block.0;
-                    run(image[first..].as_ptr(), g.in_plane() as isize);
-                } else {
-                    with_scratch(k * block.1, |cols| {
-                        im2col(g, image, group, block, cols);
-                        run(cols.as_ptr(), block.1 as isize);
-                    });
+                let first_out = |image: usize| (image * g.out_channels + group * ocg) * plane;
+                if columns.in_place() {
+                    let y = out
+                        .get()
+                        .wrapping_add(first_out(columns.first) + columns.start);
+                    if g.pointwise() {
+                        let image = columns.first * g.in_channels + group * g.in_per_group();
+                        let cols = x[image * g.in_plane() + columns.start..].as_ptr();
+                        run(y, plane, cols, g.in_plane());
+                    } else {
+                        with_scratch(k * width, 0, |cols, _| {
+                            gather_columns(g, x, group, *columns, cols);
+                            run(y, plane, cols.as_ptr(), width);
+                        });
+                    }
+                    continue;
                 }
+                with_scratch(k * width, ocg * width, |cols, y| {
+                    gather_columns(g, x, group, *columns, cols);
+                    run(y.as_mut_ptr(), width, cols.as_ptr(), width);
+                    for j in 0..columns.images {
+                        for o in 0..ocg {
+                            let dst = first_out(columns.first + j) + o * plane;
+                            // SAFETY: plane `o` of image `first + j` in this group is this
+                            // task's alone.
+                            unsafe {
+                                core::slice::from_raw_parts_mut(out.get().add(dst), plane)
+                                    .copy_from_slice(&y[o * width + j * plane..][..plane]);
+                            }
+                        }
+                    }
+                });
             }
         };
-        (0..g.batch * blocks.len()).into_par_iter().for_each(task);
+        units.par_iter().for_each(task);
     })
 }
 
@@ -389,57 +499,70 @@ fn x_backward(g: &Geometry, weight: &[f32], output_grad: &[f32]) -> Vec<f32> {
     let (k, plane, ocg, taps) = (g.reduction(), g.out_plane(), g.out_per_group(), g.taps());
     let per_task = g.dgrad_channels();
     let chunks = g.in_per_group().div_ceil(per_task);
+    let units = g.column_units(true);
     super::elementwise::filled(g.x_len(), |slots| {
         let out = SharedOut(slots.as_mut_ptr().cast::<f32>());
         let task = |index: usize| {
             let chunk = index % chunks;
             let group = (index / chunks) % g.groups;
-            let n = index / (chunks * g.groups);
+            let columns = units[index / (chunks * g.groups)];
+            let width = columns.width();
             let c0 = chunk * per_task;
             let channels = per_task.min(g.in_per_group() - c0);
-            let first_channel = n * g.in_channels + group * g.in_per_group() + c0;
-            // SAFETY: these channels' planes of image `n` are this task's alone.
-            let planes = unsafe {
-                core::slice::from_raw_parts_mut(
-                    out.get().add(first_channel * g.in_plane()),
-                    channels * g.in_plane(),
-                )
+            // These channels' planes of image `first + j`, this task's alone.
+            let planes = |j: usize| {
+                let first = (columns.first + j) * g.in_channels + group * g.in_per_group() + c0;
+                // SAFETY: the planes lie inside the output, and no other task writes them.
+                unsafe {
+                    core::slice::from_raw_parts_mut(
+                        out.get().add(first * g.in_plane()),
+                        channels * g.in_plane(),
+                    )
+                }
             };
             // The rows `(c, tap)` of Wᵀ for these channels: Wᵀ[(c, t), o] = W[o, c, t].
             let w = weight[group * ocg * k + c0 * taps..].as_ptr();
-            let dy = output_grad[(n * g.out_channels + group * ocg) * plane..].as_ptr();
             let rows = channels * taps;
-            if g.pointwise() {
-                // SAFETY: the destination is `planes` (rows × plane, dense), the operands lie
-                // inside `weight` and `output_grad`.
+            // cols (rows × width) = Wᵀ · dy (ocg × width, row stride `dy_row`).
+            let run = |cols: *mut f32, dy: *const f32, dy_row: usize| {
+                // SAFETY: `cols` holds rows × width values, the operands lie inside `weight`
+                // and `dy`'s buffer.
                 unsafe {
                     product(
-                        [rows, plane, ocg],
-                        (planes.as_mut_ptr(), plane as isize, 1),
+                        [rows, width, ocg],
+                        (cols, width as isize, 1),
                         (w, 1, k as isize),
-                        (dy, plane as isize, 1),
+                        (dy, dy_row as isize, 1),
                         false,
                     );
                 }
-            } else {
-                planes.fill(0.0);
-                with_scratch(rows * plane, |cols| {
-                    // SAFETY: `cols` holds rows × plane values, the operands lie inside
-                    // `weight` and `output_grad`.
-                    unsafe {
-                        product(
-                            [rows, plane, ocg],
-                            (cols.as_mut_ptr(), plane as isize, 1),
-                            (w, 1, k as isize),
-                            (dy, plane as isize, 1),
-                            false,
-                        );
-                    }
-                    col2im(g, cols, channels, planes);
-                });
+            };
+            if columns.in_place() {
+                let dy =
+                    output_grad[(columns.first * g.out_channels + group * ocg) * plane..].as_ptr();
+                if g.pointwise() {
+                    run(planes(0).as_mut_ptr(), dy, plane);
+                } else {
+                    with_scratch(rows * width, 0, |cols, _| {
+                        run(cols.as_mut_ptr(), dy, plane);
+                        let planes = planes(0);
+                        planes.fill(0.0);
+                        col2im(g, cols, width, channels, planes);
+                    });
+                }
+                return;
             }
+            with_scratch(rows * width, ocg * width, |cols, dy| {
+                gather_output_grad(g, output_grad, group, columns, dy);
+                run(cols.as_mut_ptr(), dy.as_ptr(), width);
+                for j in 0..columns.images {
+                    let planes = planes(j);
+                    planes.fill(0.0);
+                    col2im(g, &cols[j * plane..], width, channels, planes);
+                }
+            });
         };
-        (0..g.batch * g.groups * chunks)
+        (0..units.len() * g.groups * chunks)
             .into_par_iter()
             .for_each(task);
     })
@@ -448,45 +571,52 @@ fn x_backward(g: &Geometry, weight: &[f32], output_grad: &[f32]) -> Vec<f32> {
 /// The weight gradient: `x` and `output_grad` dense; the gradient `[OC, C / groups, KH, KW]`.
 fn weight_backward(g: &Geometry, x: &[f32], output_grad: &[f32]) -> Vec<f32> {
     let (k, plane, ocg) = (g.reduction(), g.out_plane(), g.out_per_group());
-    let blocks: Vec<_> = g.column_blocks().collect();
-    let units = g.batch * blocks.len();
-    let parts = units.min(WGRAD_PARTS);
-    let per_part = units.div_ceil(parts);
-    let parts = units.div_ceil(per_part);
+    let units = g.column_units(false);
+    let parts = units.len().min(WGRAD_PARTS);
+    let per_part = units.len().div_ceil(parts);
+    let parts = units.len().div_ceil(per_part);
     let partials: Vec<Vec<f32>> = (0..parts)
         .into_par_iter()
         .map(|part| {
             let mut sum = vec![0f32; g.weight_len()];
-            for unit in part * per_part..units.min((part + 1) * per_part) {
-                let (n, block) = (unit / blocks.len(), blocks[unit % blocks.len()]);
-                let image = &x[n * g.in_channels * g.in_plane()..][..g.in_channels * g.in_plane()];
+            for columns in &units[part * per_part..units.len().min((part + 1) * per_part)] {
+                let width = columns.width();
                 for group in 0..g.groups {
                     let dw = sum[group * ocg * k..][..ocg * k].as_mut_ptr();
-                    let dy = output_grad[(n * g.out_channels + group * ocg) * plane + block.0..]
-                        .as_ptr();
-                    // dW (ocg × k) += dy (ocg × len) · colsᵀ (len × k).
-                    let run = |cols: *const f32, cols_row: isize| {
+                    // dW (ocg × k) += dy (ocg × width) · colsᵀ (width × k).
+                    let run = |dy: *const f32, dy_row: usize, cols: *const f32, cols_row: usize| {
                         // SAFETY: `dw` is this part's own `ocg × k` block, the operands lie
-                        // inside `output_grad` and the columns' buffer.
+                        // inside `output_grad`, `x` or the task's buffers.
                         unsafe {
                             product(
-                                [ocg, k, block.1],
+                                [ocg, k, width],
                                 (dw, k as isize, 1),
-                                (dy, plane as isize, 1),
-                                (cols, 1, cols_row),
+                                (dy, dy_row as isize, 1),
+                                (cols, 1, cols_row as isize),
                                 true,
                             );
                         }
                     };
-                    if g.pointwise() {
-                        let first = group * g.in_per_group() * g.in_plane() + block.0;
-                        run(image[first..].as_ptr(), g.in_plane() as isize);
-                    } else {
-                        with_scratch(k * block.1, |cols| {
-                            im2col(g, image, group, block, cols);
-                            run(cols.as_ptr(), block.1 as isize);
-                        });
+                    if columns.in_place() {
+                        let first = (columns.first * g.out_channels + group * ocg) * plane;
+                        let dy = output_grad[first + columns.start..].as_ptr();
+                        if g.pointwise() {
+                            let image = columns.first * g.in_channels + group * g.in_per_group();
+                            let cols = x[image * g.in_plane() + columns.start..].as_ptr();
+                            run(dy, plane, cols, g.in_plane());
+                        } else {
+                            with_scratch(k * width, 0, |cols, _| {
+                                gather_columns(g, x, group, *columns, cols);
+                                run(dy, plane, cols.as_ptr(), width);
+                            });
+                        }
+                        continue;
                     }
+                    with_scratch(k * width, ocg * width, |cols, dy| {
+                        gather_columns(g, x, group, *columns, cols);
+                        gather_output_grad(g, output_grad, group, *columns, dy);
+                        run(dy.as_ptr(), width, cols.as_ptr(), width);
+                    });
                 }
             }
             sum
