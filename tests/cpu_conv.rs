@@ -220,7 +220,7 @@ fn cpu_conv_strided_operands_and_refusals() {
             .is_none(),
         "output gradient shape"
     );
-    let too_small = flex(&vec![1.0; 5 * 2 * 2], [1, 5, 2, 2]);
+    let too_small = flex(&[1.0; 5 * 2 * 2], [1, 5, 2, 2]);
     let no_padding = burn::tensor::ops::ConvOptions::new([1, 1], [0, 0], [1, 1], 1);
     assert!(
         cpu_conv::conv2d(&too_small, &weight, None, &no_padding).is_none(),
