@@ -14,6 +14,10 @@
 //! - weight gradient: the images' blocks of output positions cut into a fixed number of parts,
 //!   each part summing `dy · colsᵀ` into its own f32 partial, the partials then added in order.
 //!
+//! Where an image's output plane is under half a block (ResNet20's last stage: 64 positions),
+//! a task takes several whole images side by side instead, gathered into its buffers and
+//! written back after, so that each `gemm` call keeps a long side.
+//!
 //! A 1×1 kernel at stride 1 without padding reads and writes the NCHW planes directly (no im2col).
 //! How the work is cut depends on the shapes only, never on the number of threads, so results
 //! are the same bits on any machine with the same `gemm` kernels. Each output is a different
