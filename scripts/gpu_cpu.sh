@@ -52,7 +52,9 @@ for stage in "${stages[@]}"; do
             for b in cpu_ops_base cpu_ops; do
                 timeout 100 "/tmp/$b" --bench conv2d --sample-count 20 > "$work/conv-ab-$b-$r.txt" 2>&1
                 echo "[${SECONDS}s] round $r $b: rc $?"
-                grep -v 'Flex\|NdArray' "$work/conv-ab-$b-$r.txt" | grep -A3 'Hetero' | grep -o '[0-9x-]*3x3[-s2]* .*'
+                # burn-hetero's rows: those after a `Hetero<...>` line, before the next backend's.
+                awk '/─ Hetero/ {h = 1; next} /─ (Flex|NdArray) / || /^[├╰]─/ {h = 0}
+                     h && /3x3/ {sub(/^[│├╰─ ]*/, ""); print}' "$work/conv-ab-$b-$r.txt"
             done
         done
         for f in "$work"/conv-ab-*; do echo "=== ${f##*/}"; cat "$f"; done > "$out/conv-ab-log.txt"
