@@ -39,7 +39,7 @@ fn cases() -> Vec<ConvCase> {
         case(1, 3, [40, 37], 8, 3, 1, 1),
         // Batches large enough that small planes go several images to a task (the last task
         // holding fewer), in place of one image each.
-        case(40, 8, [6, 7], 12, 3, 1, 1),
+        case(70, 8, [6, 7], 12, 3, 1, 1),
         case(40, 6, [9, 9], 10, 1, 1, 0),
         case(37, 5, [10, 10], 7, 3, 2, 1),
     ]);
