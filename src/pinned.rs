@@ -32,10 +32,12 @@ use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
 /// Bytes per staging slot by default: large enough that the per-copy cost is small against the
-/// transfer, small enough that filling one slot overlaps the copy of the other. On the H200,
-/// 2 MiB moved a 4 MiB upload's copies at 45 GB/s against 1 MiB's 39 (benches/RESULTS.md,
-/// 2026-12-04 d), and a conv's 1 MiB input with its weight goes up in one copy.
-const SLOT_BYTES: usize = 2 << 20;
+/// transfer, small enough that filling one slot overlaps the copy of the other where an upload
+/// spans several. ResNet20's largest upload at batch 128 (a 4 MiB f16 input and its weight) then
+/// goes up in one copy: on an H100, against 2 MiB slots, its copies moved at 45.6 GB/s instead
+/// of 42.6, the uploads' wall time fell and steps took 0.91× (benches/RESULTS.md, 2026-12-05;
+/// on the H200, 2 MiB had beaten 1 MiB, 45 GB/s against 39).
+const SLOT_BYTES: usize = 4 << 20;
 
 /// Environment variable setting the bytes per staging slot, in KiB (64 to 65 536), to measure
 /// chunk sizes against each other.

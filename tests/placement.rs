@@ -744,15 +744,16 @@ fn cuda_backward_reads_the_forward_uploads_at_bf16() {
 
 /// Uploads come back bit for bit as the host casts them: f32 values cast to f16/bf16 on their way
 /// up (`accel_upload_cast`) and host data copied as they are (`accel_upload`), at sizes under
-/// one staging chunk, just over one (2 MiB: on CUDA's pinned path the f16 upload's 2-byte tail
-/// rides with the chunk, the f32 upload's second chunk is in the other slot), just over a chunk
-/// and its tail (a short last chunk of its own) and over several. Each size is uploaded twice with fresh values, so a copy that silently left a reused
+/// one staging chunk, just over one (4 MiB by default: on CUDA's pinned path the f16 upload's
+/// 2-byte tail rides with the chunk, the f32 upload's second chunk is in the other slot), just
+/// over a chunk and its 256 KiB tail (a short last chunk of its own) and over several. Each size
+/// is uploaded twice with fresh values, so a copy that silently left a reused
 /// device buffer alone would show the first values; within a round every upload stays alive until
 /// all are downloaded, so two live tensors sharing a kept device buffer would show the other's
 /// values.
 fn uploads_round_trip<A: burn_hetero::Accelerator>(device: &A::Device, dtypes: &[DType]) {
     let mut rng = rng_for("uploads round trip");
-    for &n in &[1usize, 4097, (1 << 20) + 1, 1_179_649, 3_500_001] {
+    for &n in &[1usize, 4097, (1 << 21) + 1, 2_228_225, 7_000_001] {
         for round in 0..2 {
             let mut src = random_vec(&mut rng, n, -300.0, 300.0);
             // Values where a cast can go wrong: ties to even (1 + 2^-8 and 1 + 3·2^-8 are
