@@ -8,7 +8,7 @@
 # There: scripts/gpu_ab.sh carry [NAME...]   (default: every carry/hetero-*.xz); a NAME of the
 #   form BUILD+VAR=VALUE runs carry/hetero-BUILD.xz with VAR=VALUE in its environment.
 # Settings: ROUNDS (default 3), AB_MODELS (default resnet20,mnist), AB_BATCH (default: the
-# bench's, 32 and 128 for ResNets, 64 for the MNIST net),
+# bench's, 32 and 128 for ResNets, 64 for the MNIST net), AB_BACKENDS (default hetero),
 # AB_STEPS (default 20), DEADLINE (seconds since the start, default 560): no round starts
 # after it.
 set -uo pipefail
@@ -45,20 +45,20 @@ for r in $(seq 1 "$rounds"); do
         batch=()
         [ -n "${AB_BATCH:-}" ] && batch=(--batch-sizes "$AB_BATCH")
         env "${vars[@]}" timeout 240 "/tmp/hetero-$b" bench --models "${AB_MODELS:-resnet20,mnist}" \
-            "${batch[@]}" --backends hetero --accel cuda \
+            "${batch[@]}" --backends "${AB_BACKENDS:-hetero}" --accel cuda \
             --steps "${AB_STEPS:-20}" --output "$out/ab-$label-$r.md" > "$out/ab-$label-$r.txt" 2>&1
         echo "[${SECONDS}s] round $r $n: rc $?"
     done
 done
 # One row per build: each cell's medians over the rounds, then their median.
 summary() {
-echo "| build | model | batch | ms/step per round | median |"
-echo "|---|---|---:|---|---:|"
+echo "| build | model | batch | backend | ms/step per round | median |"
+echo "|---|---|---:|---|---|---:|"
 for n in "${names[@]}"; do
     label=$(echo "$n" | tr '+=' '__')
     cat "$out"/ab-"$label"-*.md 2>/dev/null | awk -F'|' -v n="$n" '
         $2 ~ /[a-z]/ && $3 ~ /[0-9]/ {
-            key = $2 "|" $3; gsub(/ /, "", key)
+            key = $2 "|" $3 "|" $4; gsub(/ /, "", key)
             v = $6 + 0; cells[key] = cells[key] " " v
         }
         END {
@@ -67,7 +67,7 @@ for n in "${names[@]}"; do
                 for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++)
                     if (xs[j] < xs[i]) { t = xs[i]; xs[i] = xs[j]; xs[j] = t }
                 split(key, kb, "|")
-                printf "| %s | %s | %s |%s | %.2f |\n", n, kb[1], kb[2], cells[key], xs[int((m + 1) / 2)]
+                printf "| %s | %s | %s | %s |%s | %.2f |\n", n, kb[1], kb[2], kb[3], cells[key], xs[int((m + 1) / 2)]
             }
         }' | sort
 done

@@ -35,8 +35,9 @@ use std::time::{Duration, Instant};
 /// transfer, small enough that filling one slot overlaps the copy of the other where an upload
 /// spans several. ResNet20's largest upload at batch 128 (a 4 MiB f16 input and its weight) then
 /// goes up in one copy: on an H100, against 2 MiB slots, its copies moved at 45.6 GB/s instead
-/// of 42.6, the uploads' wall time fell and steps took 0.91× (benches/RESULTS.md, 2026-12-05;
-/// on the H200, 2 MiB had beaten 1 MiB, 45 GB/s against 39).
+/// of 42.6 in each of four alternated rounds, and the uploads' fill and wall time fell; step
+/// times differed by less than that machine's noise (benches/RESULTS.md, 2026-12-05; on the
+/// H200, 2 MiB had beaten 1 MiB, 45 GB/s against 39).
 const SLOT_BYTES: usize = 4 << 20;
 
 /// Environment variable setting the bytes per staging slot, in KiB (64 to 65 536), to measure
