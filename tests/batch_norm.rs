@@ -1,8 +1,9 @@
 //! Batch norm as one op (`burn_hetero::norm`): output, running statistics and the gradients of
 //! input, `gamma` and `beta` against an f64 reference of the same formulas, on each path: the
-//! fused passes of `Hetero<Flex, _>`, the op-by-op default (burn-ndarray) and the logged
-//! fallback of `Hetero<NdArray, _>`. burn-nn's own `BatchNorm` is checked against the same
-//! reference, so the reference is not ours alone.
+//! fused passes of `Hetero<Flex, _>`, the same passes on `Hetero<NdArray, _>` (its arrays handed
+//! to them and back), which must give the same bits, and the op-by-op default (burn-ndarray).
+//! burn-nn's own `BatchNorm` is checked against the same reference, so the reference is not ours
+//! alone.
 
 use crate::common::*;
 use burn::backend::Autodiff;
@@ -265,12 +266,38 @@ fn check<const D: usize>(name: &str, shape: &[usize]) {
         &expected,
         tolerance,
     );
+    let fused_flex = run::<Autodiff<HF>, D>(&inputs, false);
+    let fused_ndarray = run::<Autodiff<H>, D>(&inputs, false);
     assert_close(
-        &format!("{name}: fallback, Hetero<NdArray>"),
-        &run::<Autodiff<H>, D>(&inputs, false),
+        &format!("{name}: fused, Hetero<NdArray>"),
+        &fused_ndarray,
         &expected,
         tolerance,
     );
+    assert_fused_alike(
+        name,
+        &fused_ndarray,
+        &fused_flex,
+        &run::<Autodiff<N>, D>(&inputs, false),
+    );
+}
+
+/// `Hetero<NdArray>` runs the fused passes (through the bridge to burn-flex), not the op-by-op
+/// form: the same bits as `Hetero<Flex>`; and, where the fused and op-by-op sums round
+/// differently (so that this check can fail), not the op-by-op bits.
+fn assert_fused_alike(name: &str, ndarray: &Results, flex: &Results, op_by_op: &Results) {
+    for ((what, a), b) in NAMES.iter().zip(ndarray).zip(flex) {
+        assert!(
+            a == b,
+            "{name}: {what} of Hetero<NdArray> is not Hetero<Flex>'s bit for bit"
+        );
+    }
+    if ndarray[0].len() >= 4096 {
+        assert!(
+            ndarray != op_by_op,
+            "{name}: Hetero<NdArray> gave the op-by-op bits: the fused path did not run"
+        );
+    }
 }
 
 /// Every path against the f64 reference, for images (odd plane sizes, planes longer than one
@@ -313,6 +340,11 @@ fn relu_paths_match_the_reference() {
             };
             let (expected, expected_residual) = reference(&inputs, true);
             let case = format!("{name}, residual {with_residual}");
+            assert!(
+                run_relu::<Autodiff<H>, 4>(&inputs, false)
+                    == run_relu::<Autodiff<HF>, 4>(&inputs, false),
+                "{case}: Hetero<NdArray> is not Hetero<Flex> bit for bit"
+            );
             let paths = [
                 (
                     "fused, Hetero<Flex>",
@@ -323,7 +355,7 @@ fn relu_paths_match_the_reference() {
                     run_relu::<Autodiff<N>, 4>(&inputs, false),
                 ),
                 (
-                    "fallback, Hetero<NdArray>",
+                    "fused, Hetero<NdArray>",
                     run_relu::<Autodiff<H>, 4>(&inputs, false),
                 ),
                 (

@@ -82,6 +82,7 @@ mod cast;
 mod conv_numerics;
 mod cpu_conv;
 mod model;
+mod ndarray_bridge;
 mod optim;
 mod placement;
 mod pool_spin;

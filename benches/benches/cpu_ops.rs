@@ -1,5 +1,6 @@
-//! The CPU ops of a ResNet20 training step on burn-ndarray, burn-flex and `Hetero<Flex, _>`,
-//! which replaces several of burn-flex's with threaded or fused passes (`src/ops/`). Shapes are
+//! The CPU ops of a ResNet20 training step on burn-ndarray, burn-flex, `Hetero<Flex, _>`, which
+//! replaces several of burn-flex's with threaded or fused passes (`src/ops/`), and
+//! `Hetero<NdArray, _>`, which runs the same passes on burn-ndarray's arrays. Shapes are
 //! the first stage's at batch 32 (`[32, 16, 32, 32]`), and the MNIST net's for the scalar scale
 //! and the pooling (and its linear layer); every op gets operands held elsewhere too, as in a training step, so none
 //! runs in place.
@@ -17,6 +18,9 @@ type NdArray = burn_ndarray::NdArray<f32>;
 type Flex = burn_flex::Flex;
 /// The accelerator only completes the type: every op here runs on the CPU backend.
 type Hetero = burn_hetero::Hetero<Flex, burn_hetero::CudaAccelerator>;
+/// The same ops on burn-ndarray's arrays, handed to burn-flex code and back (the convs excepted:
+/// on `Hetero<NdArray, _>` those placed on the CPU are burn-ndarray's).
+type HeteroNdArray = burn_hetero::Hetero<NdArray, burn_hetero::CudaAccelerator>;
 
 const SHAPE: [usize; 4] = [32, 16, 32, 32];
 const EPSILON: f64 = 1e-5;
@@ -33,7 +37,7 @@ fn primitive<B: Backend, const D: usize>(t: &Tensor<B, D>) -> FloatTensor<B> {
     t.clone().into_primitive().tensor()
 }
 
-#[divan::bench(types = [NdArray, Flex, Hetero])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn relu<B: Backend>(bencher: Bencher) {
     let x = random::<B, 4>(SHAPE);
     bencher.bench_local(|| burn::tensor::activation::relu(x.clone()));
@@ -59,7 +63,7 @@ fn relu_after_idle(bencher: Bencher, spinning: bool) {
         .bench_local_values(|()| burn::tensor::activation::relu(x.clone()));
 }
 
-#[divan::bench(types = [NdArray, Flex, Hetero])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn relu_backward<B: Backend>(bencher: Bencher) {
     let output = burn::tensor::activation::relu(random::<B, 4>(SHAPE));
     let grad = random::<B, 4>(SHAPE);
@@ -67,14 +71,14 @@ fn relu_backward<B: Backend>(bencher: Bencher) {
 }
 
 /// The residual add.
-#[divan::bench(types = [NdArray, Flex, Hetero])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn add<B: Backend>(bencher: Bencher) {
     let (x, y) = (random::<B, 4>(SHAPE), random::<B, 4>(SHAPE));
     bencher.bench_local(|| x.clone() + y.clone());
 }
 
 /// A per-channel scale, as batch norm's op-by-op form and inference apply it.
-#[divan::bench(types = [NdArray, Flex, Hetero])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn mul_per_channel<B: Backend>(bencher: Bencher) {
     let x = random::<B, 4>(SHAPE);
     let c = random::<B, 4>([1, SHAPE[1], 1, 1]);
@@ -82,7 +86,7 @@ fn mul_per_channel<B: Backend>(bencher: Bencher) {
 }
 
 /// The per-channel tensor on the left: `c - x`.
-#[divan::bench(types = [NdArray, Flex, Hetero])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn sub_from_per_channel<B: Backend>(bencher: Bencher) {
     let x = random::<B, 4>(SHAPE);
     let c = random::<B, 4>([1, SHAPE[1], 1, 1]);
@@ -91,7 +95,7 @@ fn sub_from_per_channel<B: Backend>(bencher: Bencher) {
 
 /// A product with a permuted view, as the gradient of batch norm's `swap_dims(0, 1)` arrives in
 /// its op-by-op form.
-#[divan::bench(types = [NdArray, Flex, Hetero])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn mul_permuted<B: Backend>(bencher: Bencher) {
     let t = random::<B, 4>([SHAPE[1], SHAPE[0], SHAPE[2], SHAPE[3]]).swap_dims(0, 1);
     let y = random::<B, 4>(SHAPE);
@@ -99,7 +103,7 @@ fn mul_permuted<B: Backend>(bencher: Bencher) {
 }
 
 /// A reshape of the same permuted view (a copy).
-#[divan::bench(types = [NdArray, Flex, Hetero])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn reshape_permuted<B: Backend>(bencher: Bencher) {
     let t = random::<B, 4>([SHAPE[1], SHAPE[0], SHAPE[2], SHAPE[3]]).swap_dims(0, 1);
     bencher.bench_local(|| {
@@ -160,7 +164,7 @@ fn conv2d_weight_backward<B: Backend>(bencher: Bencher, conv: &str) {
     });
 }
 
-#[divan::bench(types = [NdArray, Flex, Hetero])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn batch_norm_forward<B: BatchNormBackend>(bencher: Bencher) {
     let x = random::<B, 4>(SHAPE);
     let (gamma, beta) = (random::<B, 1>([SHAPE[1]]), random::<B, 1>([SHAPE[1]]));
@@ -169,7 +173,7 @@ fn batch_norm_forward<B: BatchNormBackend>(bencher: Bencher) {
     });
 }
 
-#[divan::bench(types = [NdArray, Flex, Hetero])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn batch_norm_backward<B: BatchNormBackend>(bencher: Bencher) {
     let x = random::<B, 4>(SHAPE);
     let gamma = random::<B, 1>([SHAPE[1]]);
@@ -196,7 +200,7 @@ fn batch_norm_backward<B: BatchNormBackend>(bencher: Bencher) {
 /// `relu(batch_norm(x) + residual)`, the end of a ResNet block: one fused pass on `Hetero`, the
 /// batch norm, an add and a ReLU on the others (compare with `batch_norm_forward` + `add` +
 /// `relu`).
-#[divan::bench(types = [NdArray, Flex, Hetero])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn batch_norm_relu_forward<B: BatchNormBackend>(bencher: Bencher) {
     let (x, residual) = (random::<B, 4>(SHAPE), random::<B, 4>(SHAPE));
     let (gamma, beta) = (random::<B, 1>([SHAPE[1]]), random::<B, 1>([SHAPE[1]]));
@@ -213,7 +217,7 @@ fn batch_norm_relu_forward<B: BatchNormBackend>(bencher: Bencher) {
 
 /// Its backward, with and without the residual's gradient: ReLU's backward a pass of the same
 /// op on `Hetero` (compare with `batch_norm_backward` + `relu_backward`).
-#[divan::bench(types = [NdArray, Flex, Hetero], args = [false, true])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray], args = [false, true])]
 fn batch_norm_relu_backward<B: BatchNormBackend>(bencher: Bencher, keep_residual_grad: bool) {
     let (x, residual) = (random::<B, 4>(SHAPE), random::<B, 4>(SHAPE));
     let (gamma, beta) = (random::<B, 1>([SHAPE[1]]), random::<B, 1>([SHAPE[1]]));
@@ -241,7 +245,7 @@ fn batch_norm_relu_backward<B: BatchNormBackend>(bencher: Bencher, keep_residual
 
 /// The backward of ResNet's strided shortcut `x[:, :, ::2, ::2]`: the gradient written into
 /// every other row and column of zeros.
-#[divan::bench(types = [NdArray, Flex, Hetero])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn strided_slice_assign<B: Backend>(bencher: Bencher) {
     let zeros = Tensor::<B, 4>::zeros(SHAPE, &Default::default());
     let grad = random::<B, 4>([SHAPE[0], SHAPE[1], SHAPE[2] / 2, SHAPE[3] / 2]);
@@ -252,7 +256,7 @@ fn strided_slice_assign<B: Backend>(bencher: Bencher) {
 
 /// An optimizer's scaling of a parameter or gradient held elsewhere (SGD: `lr * grad`), on the
 /// MNIST net's largest weight.
-#[divan::bench(types = [NdArray, Flex, Hetero])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn mul_scalar<B: Backend>(bencher: Bencher) {
     let w = random::<B, 2>([800, 500]);
     bencher.bench_local(|| w.clone().mul_scalar(0.01));
@@ -276,14 +280,14 @@ fn pool_with_indices<B: Backend>(
     )
 }
 
-#[divan::bench(types = [NdArray, Flex, Hetero])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn max_pool2d_with_indices<B: Backend>(bencher: Bencher) {
     let x = random::<B, 4>(POOL_INPUT);
     bencher.bench_local(|| pool_with_indices(x.clone()));
 }
 
 /// Its backward.
-#[divan::bench(types = [NdArray, Flex, Hetero])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn max_pool2d_backward<B: Backend>(bencher: Bencher) {
     let x = random::<B, 4>(POOL_INPUT);
     let (y, indices) = pool_with_indices(x.clone());
@@ -305,7 +309,7 @@ fn max_pool2d_backward<B: Backend>(bencher: Bencher) {
 /// The MNIST net's first linear layer at batch 64: `[64, 800] · [800, 500] + [500]`.
 const LINEAR: (usize, usize, usize) = (64, 800, 500);
 
-#[divan::bench(types = [NdArray, Flex, Hetero])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn linear<B: Backend>(bencher: Bencher) {
     let (rows, d_in, d_out) = LINEAR;
     let (x, w, b) = (
@@ -317,7 +321,7 @@ fn linear<B: Backend>(bencher: Bencher) {
 }
 
 /// Its input gradient, `output_grad · weightᵀ`.
-#[divan::bench(types = [NdArray, Flex, Hetero])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn linear_x_backward<B: Backend>(bencher: Bencher) {
     let (rows, d_in, d_out) = LINEAR;
     let (w, g) = (random::<B, 2>([d_in, d_out]), random::<B, 2>([rows, d_out]));
@@ -325,7 +329,7 @@ fn linear_x_backward<B: Backend>(bencher: Bencher) {
 }
 
 /// Its weight gradient, `xᵀ · output_grad`.
-#[divan::bench(types = [NdArray, Flex, Hetero])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn linear_weight_backward<B: Backend>(bencher: Bencher) {
     let (rows, d_in, d_out) = LINEAR;
     let (x, g) = (random::<B, 2>([rows, d_in]), random::<B, 2>([rows, d_out]));
@@ -337,7 +341,7 @@ fn linear_weight_backward<B: Backend>(bencher: Bencher) {
 /// each backend, and `FusedSgd` (one op; on `Hetero<Flex, _>` one threaded pass). Parameter,
 /// gradient and velocity are fresh buffers of their own each time (made outside the timing), as
 /// in a training step, so either may write in place.
-#[divan::bench(types = [NdArray, Flex, Hetero], args = [false, true])]
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray], args = [false, true])]
 fn sgd_step<B: burn_hetero::optim::SgdBackend>(bencher: Bencher, fused: bool) {
     use burn::optim::decay::WeightDecayConfig;
     use burn::optim::momentum::MomentumConfig;

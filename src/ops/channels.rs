@@ -103,12 +103,16 @@ pub(crate) fn values(tensor: &FlexTensor) -> Option<&[f32]> {
 }
 
 /// A convolution's bias gradient, the output gradient summed per channel, when `C` is burn-flex
-/// and the output gradient a contiguous f32 tensor; `C`'s own otherwise.
+/// and the output gradient a contiguous f32 tensor; `C`'s own otherwise (burn-ndarray's too:
+/// its sums are the reference the conformance suite holds `Hetero<NdArray, _>` to bit for bit).
 pub(crate) fn conv2d_bias_backward<C: Backend>(
     x: FloatTensor<C>,
     bias: FloatTensor<C>,
     output_grad: FloatTensor<C>,
 ) -> FloatTensor<C> {
+    if core::any::TypeId::of::<C>() != core::any::TypeId::of::<burn_flex::Flex>() {
+        return C::conv2d_bias_backward(x, bias, output_grad);
+    }
     let grad = match into_flex::<C>(output_grad) {
         Ok(grad) => grad,
         Err(grad) => return C::conv2d_bias_backward(x, bias, grad),

@@ -9,11 +9,13 @@
 //! parallel, at about the cost of a memcpy; burn-flex then takes its contiguous fast paths.
 //! Copies move values unchanged, so results stay bit-identical.
 
+use super::ndarray_bridge::{flex_into_ndarray, ndarray_into_flex};
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType};
 use burn_flex::{FlexTensor, Layout};
+use burn_ndarray::NdArrayTensor;
 use burn_std::{Bytes, Shape, bf16, f16};
-use core::any::Any;
+use core::any::{Any, TypeId};
 use rayon::prelude::*;
 
 /// Blocks shorter than this stay with burn-flex: a copy per block of a few values would not beat
@@ -23,38 +25,63 @@ const MIN_BLOCK: usize = 32;
 /// Blocks per rayon task at least, so that small tensors are not split into tiny tasks.
 const MIN_BLOCKS_PER_TASK: usize = 16;
 
-/// `tensor` as burn-flex's tensor, when `C` is burn-flex; given back unchanged otherwise.
+/// `tensor` as burn-flex's tensor, when `C` is burn-flex or burn-ndarray (see
+/// [`ndarray_bridge`](super::ndarray_bridge)); given back unchanged otherwise.
 pub(crate) fn into_flex<C: Backend>(tensor: FloatTensor<C>) -> Result<FlexTensor, FloatTensor<C>> {
     primitive_into_flex(tensor)
 }
 
-/// The inverse of [`into_flex`]: `C` must be burn-flex.
+/// The inverse of [`into_flex`]: `C` must be burn-flex or burn-ndarray.
 pub(crate) fn from_flex<C: Backend>(tensor: FlexTensor) -> FloatTensor<C> {
     flex_into_primitive(tensor)
 }
 
-/// Any primitive (float, int or bool) as burn-flex's tensor, when it is one; given back
-/// unchanged otherwise.
+/// Any primitive (float, int or bool) as burn-flex's tensor, when it is one or a burn-ndarray
+/// tensor the bridge takes; given back unchanged otherwise.
 pub(crate) fn primitive_into_flex<T: 'static>(tensor: T) -> Result<FlexTensor, T> {
     let mut slot = Some(tensor);
-    match (&mut slot as &mut dyn Any).downcast_mut::<Option<FlexTensor>>() {
-        Some(flex) => Ok(flex.take().expect("the slot was just filled")),
-        None => Err(slot.expect("the slot is untouched when the cast fails")),
+    let any = &mut slot as &mut dyn Any;
+    if let Some(flex) = any.downcast_mut::<Option<FlexTensor>>() {
+        return Ok(flex.take().expect("the slot was just filled"));
     }
+    if let Some(nd) = any.downcast_mut::<Option<NdArrayTensor>>() {
+        let nd = nd.take().expect("the slot was just filled");
+        return ndarray_into_flex(nd).map_err(|nd| {
+            let mut back = Some(nd);
+            (&mut back as &mut dyn Any)
+                .downcast_mut::<Option<T>>()
+                .and_then(Option::take)
+                .expect("T is burn-ndarray's tensor")
+        });
+    }
+    Err(slot.expect("the slot is untouched when the cast fails"))
 }
 
-/// The inverse of [`primitive_into_flex`]: `T` must be burn-flex's tensor.
+/// The inverse of [`primitive_into_flex`]: `T` must be burn-flex's or burn-ndarray's tensor.
 pub(crate) fn flex_into_primitive<T: 'static>(tensor: FlexTensor) -> T {
     let mut slot = Some(tensor);
-    (&mut slot as &mut dyn Any)
+    if let Some(t) = (&mut slot as &mut dyn Any)
         .downcast_mut::<Option<T>>()
         .and_then(Option::take)
-        .expect("only called where the primitive is burn-flex's tensor")
+    {
+        return t;
+    }
+    let flex = slot.expect("the slot is untouched when the cast fails");
+    let mut nd = Some(flex_into_ndarray(flex));
+    (&mut nd as &mut dyn Any)
+        .downcast_mut::<Option<T>>()
+        .and_then(Option::take)
+        .expect("only called where the primitive is burn-flex's or burn-ndarray's tensor")
 }
 
 /// `tensor` contiguous when `C` is burn-flex and it is a strided view this module copies fast;
 /// unchanged otherwise.
 pub(crate) fn contiguous<C: Backend>(tensor: FloatTensor<C>) -> FloatTensor<C> {
+    // burn-ndarray's strided arrays stay with burn-ndarray (the bridge takes dense ones only),
+    // and a dense one would only be handed over and back.
+    if TypeId::of::<C>() != TypeId::of::<burn_flex::Flex>() {
+        return tensor;
+    }
     match into_flex::<C>(tensor) {
         Ok(flex) => match block_copy(&flex) {
             Some(copy) => from_flex::<C>(copy),

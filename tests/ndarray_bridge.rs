@@ -1,0 +1,121 @@
+//! `Hetero<NdArray, _>` hands its arrays to the burn-flex code of its CPU ops and takes the
+//! results back (`src/ops/ndarray_bridge.rs`): an array nothing else holds is worked on in
+//! place, a shared one is read in place and never written, a declined operand comes back as the
+//! array it was, and the values are those of burn-ndarray's own op.
+
+use crate::common::*;
+use burn::tensor::activation::relu;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::ops::{ActivationOps, FloatTensorOps};
+use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+use burn_ndarray::NdArrayTensor;
+
+/// Large enough for the threaded elementwise path (it leaves small tensors to the backend).
+const SHAPE: [usize; 4] = [4, 16, 32, 32];
+
+fn primitive(values: &[f32], shape: [usize; 4]) -> FloatTensor<H> {
+    Tensor::<H, 4>::from_data(TensorData::new(values.to_vec(), shape), &device())
+        .into_primitive()
+        .tensor()
+}
+
+fn values_of(t: FloatTensor<H>) -> Vec<f32> {
+    Tensor::<H, 4>::from_primitive(TensorPrimitive::Float(t))
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap()
+}
+
+/// The address of an f32 primitive's first value.
+fn address(t: &FloatTensor<H>) -> usize {
+    match t {
+        NdArrayTensor::F32(storage) => storage.view().as_ptr() as usize,
+        other => panic!("expected an f32 array, got {other:?}"),
+    }
+}
+
+fn relu_of(values: &[f32]) -> Vec<f32> {
+    values.iter().map(|&v| v.max(0.0)).collect()
+}
+
+/// An array held by nothing else: the ReLU writes into its buffer, which comes back as the
+/// result's (same address), with burn-ndarray's values.
+#[test]
+fn an_unshared_array_is_worked_on_in_place() {
+    let mut rng = rng_for("bridge unshared");
+    let values = random_vec(&mut rng, SHAPE.iter().product(), -2.0, 2.0);
+    let x = primitive(&values, SHAPE);
+    let before = address(&x);
+    let y = H::relu(x);
+    assert_eq!(
+        address(&y),
+        before,
+        "the result is not the operand's buffer"
+    );
+    assert_eq!(values_of(y), relu_of(&values));
+}
+
+/// An array held elsewhere too: the ReLU's result is a buffer of its own and the other holder
+/// still sees the original values (a write through the lent buffer would change them).
+#[test]
+fn a_shared_array_is_never_written() {
+    let mut rng = rng_for("bridge shared");
+    let values = random_vec(&mut rng, SHAPE.iter().product(), -2.0, 2.0);
+    let x = primitive(&values, SHAPE);
+    let kept = x.clone();
+    let y = H::relu(x);
+    assert_ne!(address(&y), address(&kept));
+    assert_eq!(values_of(kept), values, "the shared operand was written");
+    assert_eq!(values_of(y), relu_of(&values));
+
+    // The same with both operands of a binary op the same shared array.
+    let a = primitive(&values, SHAPE);
+    let kept = a.clone();
+    let sum = H::float_add(a.clone(), a);
+    let doubled: Vec<f32> = values.iter().map(|v| v + v).collect();
+    assert_eq!(values_of(sum), doubled);
+    assert_eq!(values_of(kept), values, "the shared operand was written");
+}
+
+/// A binary op the threaded path declines (a broadcast it leaves to the backend): the operands
+/// reach burn-ndarray's op as the arrays they were, shared or not, and the result is its own.
+#[test]
+fn declined_operands_come_back_as_they_were() {
+    let mut rng = rng_for("bridge declined");
+    let n: usize = SHAPE.iter().product();
+    let values = random_vec(&mut rng, n, -2.0, 2.0);
+    let row = random_vec(&mut rng, SHAPE[3], -2.0, 2.0);
+    let x = primitive(&values, SHAPE);
+    let kept = x.clone();
+    let b = primitive(&row, [1, 1, 1, SHAPE[3]]);
+    let expected: Vec<f32> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v + row[i % SHAPE[3]])
+        .collect();
+    let through_hetero = values_of(H::float_add(x, b.clone()));
+    let ndarray = {
+        let x = Tensor::<N, 4>::from_data(TensorData::new(values.clone(), SHAPE), &device());
+        let b =
+            Tensor::<N, 4>::from_data(TensorData::new(row.clone(), [1, 1, 1, SHAPE[3]]), &device());
+        (x + b).into_data().to_vec::<f32>().unwrap()
+    };
+    assert_eq!(through_hetero, ndarray);
+    assert_eq!(through_hetero, expected);
+    assert_eq!(values_of(kept), values);
+}
+
+/// Strided arrays (a transposed view) stay with burn-ndarray, and give its values.
+#[test]
+fn strided_arrays_stay_with_burn_ndarray() {
+    let mut rng = rng_for("bridge strided");
+    let values = random_vec(&mut rng, SHAPE.iter().product(), -2.0, 2.0);
+    let x = Tensor::<H, 4>::from_data(TensorData::new(values.clone(), SHAPE), &device());
+    let reference = Tensor::<N, 4>::from_data(TensorData::new(values, SHAPE), &device());
+    let got = relu(x.swap_dims(1, 3)).into_data().to_vec::<f32>().unwrap();
+    let expected = relu(reference.swap_dims(1, 3))
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(got, expected);
+}
