@@ -14,7 +14,7 @@ use crate::Hetero;
 use crate::accelerator::Accelerator;
 use crate::ops::channels::values;
 use crate::ops::elementwise::dense;
-use crate::ops::layout::{from_flex, into_flex};
+use crate::ops::layout::{from_flex, into_flex, writable};
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::decay::WeightDecayConfig;
@@ -219,7 +219,7 @@ fn fused_step<C: Backend>(
 /// copy.
 fn owned(tensor: FlexTensor) -> FlexTensor {
     let n = tensor.layout().num_elements();
-    if tensor.is_unique() && tensor.layout().contiguous_offsets() == Some((0, n)) {
+    if writable(&tensor) && tensor.layout().contiguous_offsets() == Some((0, n)) {
         return tensor;
     }
     let shape = tensor.layout().shape().clone();

@@ -119,3 +119,38 @@ fn strided_arrays_stay_with_burn_ndarray() {
         .unwrap();
     assert_eq!(got, expected);
 }
+
+/// An op that writes into its operand's buffer (slice assignment) on a shared array: the write
+/// goes to a copy, the other holder keeps its values, and the result is burn-ndarray's.
+#[test]
+fn a_write_into_a_shared_array_goes_to_a_copy() {
+    let mut rng = rng_for("bridge copy on write");
+    let values = random_vec(&mut rng, SHAPE.iter().product(), -2.0, 2.0);
+    let patch_shape = [2, 8, 32, 32];
+    let patch = random_vec(&mut rng, patch_shape.iter().product(), 3.0, 4.0);
+    let ranges = [0..2, 4..12, 0..32, 0..32];
+    let x = Tensor::<H, 4>::from_data(TensorData::new(values.clone(), SHAPE), &device());
+    let kept = x.clone();
+    let got = x
+        .slice_assign(
+            ranges.clone(),
+            Tensor::<H, 4>::from_data(TensorData::new(patch.clone(), patch_shape), &device()),
+        )
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap();
+    let expected = Tensor::<N, 4>::from_data(TensorData::new(values.clone(), SHAPE), &device())
+        .slice_assign(
+            ranges,
+            Tensor::<N, 4>::from_data(TensorData::new(patch, patch_shape), &device()),
+        )
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(got, expected);
+    assert_eq!(
+        kept.into_data().to_vec::<f32>().unwrap(),
+        values,
+        "the shared array was written"
+    );
+}

@@ -9,10 +9,14 @@
 //! - `hetero_cpu`: `Hetero<Flex, _>` with every op on the CPU (`HeteroConfig::cpu_only`), with
 //!   its profile off and on (unsynced, as `hetero train --profile-unsynced`): what the decorator
 //!   and the profile's bookkeeping add to burn-flex.
+//! - `hetero_ndarray_cpu`: the same with burn-ndarray as the CPU backend, its arrays handed to
+//!   `Hetero`'s CPU passes and back.
 //! - `hetero_cuda`: the default placements (convs offloaded to CUDA), at 1×4×4 and 32×32×32,
 //!   the loop on a thread of rayon's pool or outside it; skipped, with a line that says so,
 //!   where there is no CUDA device. The profiled run prints the profile: conv phases, CPU ops
 //!   and the time outside the backend's ops.
+//! - `hetero_ndarray_cuda`: the same placements with burn-ndarray as the CPU backend
+//!   (`HeteroCuda`'s default), at 1×4×4 and 32×32×32, on the pool.
 //!
 //! `cargo bench -p burn-hetero-benches --bench step_overhead`
 
@@ -33,6 +37,8 @@ use divan::Bencher;
 type NdArray = burn_ndarray::NdArray<f32>;
 type Flex = burn_flex::Flex;
 type Hetero = burn_hetero::Hetero<Flex, burn_hetero::CudaAccelerator>;
+/// The default `HeteroCuda`: burn-ndarray's arrays, handed to the same CPU passes.
+type HeteroNdArray = burn_hetero::Hetero<NdArray, burn_hetero::CudaAccelerator>;
 
 /// The smallest input: batch 1, 4×4.
 const TINY: (usize, usize) = (1, 4);
@@ -97,6 +103,14 @@ fn hetero_cpu(bencher: Bencher, profiled: bool) {
     });
 }
 
+/// `Hetero<NdArray, _>` with every op on the CPU: what handing burn-ndarray's arrays to the
+/// fused passes and back costs where the activations are a few values (compare with `ndarray`).
+#[divan::bench]
+fn hetero_ndarray_cpu(bencher: Bencher) {
+    HeteroNdArray::configure(&Default::default(), HeteroConfig::cpu_only());
+    train_step::<Autodiff<HeteroNdArray>>(bencher, TINY, false);
+}
+
 /// The default placements: convs on CUDA, f16 forward and bf16 gradients; the loop on a pool
 /// thread (`burn_hetero::pool::run_on_pool`, as `hetero` runs it) or on the bench's own thread.
 #[divan::bench(args = [
@@ -119,6 +133,21 @@ fn hetero_cuda(bencher: Bencher, (batch, size, run): (usize, usize, &str)) {
             train_step::<Autodiff<Hetero>>(bencher, shape, true)
         }),
     }
+}
+
+/// `Hetero<NdArray, _>` with the default placements, the loop on a pool thread: its CPU ops on
+/// burn-ndarray's arrays (batch norm, ReLU, adds, pooling, SGD through the bridge to the same
+/// passes as `Hetero<Flex, _>`); compare with `hetero_cuda`'s "pool" rows.
+#[divan::bench(args = [(1, 4), (32, 32)])]
+fn hetero_ndarray_cuda(bencher: Bencher, shape: (usize, usize)) {
+    let device = Default::default();
+    HeteroNdArray::configure(&device, HeteroConfig::default());
+    if let Err(why) = HeteroNdArray::accelerator_status(&device) {
+        let why: String = why.chars().take(120).collect();
+        eprintln!("hetero_ndarray_cuda skipped, no CUDA device: {why}…");
+        return;
+    }
+    train_step::<Autodiff<HeteroNdArray>>(bencher, shape, true);
 }
 
 /// Runs `bench` with an unsynced profile recording when `profiled`, and prints it.

@@ -20,7 +20,7 @@
 
 use super::channels::{Planes, values};
 use super::elementwise::{dense, filled};
-use super::layout::{from_flex, into_flex};
+use super::layout::{from_flex, into_flex, writable};
 use crate::sums::{gradient_sums, shifted_sums};
 use burn_backend::Backend;
 use burn_backend::tensor::FloatTensor;
@@ -261,7 +261,7 @@ pub(crate) fn backward<C: Backend>(
     let shape = x.layout().shape().clone();
     let chunk = len.max(1);
     let unique =
-        |t: &FlexTensor| t.is_unique() && t.layout().contiguous_offsets() == Some((0, xs.len()));
+        |t: &FlexTensor| writable(t) && t.layout().contiguous_offsets() == Some((0, xs.len()));
     // The gradient reaching batch norm's output, and its sums, in one pass: `dy`, or after a
     // ReLU `dy` masked by its output (as burn-flex's ReLU backward computes it), written over
     // `dy` where nothing else holds it, else into a buffer of its own, each plane summed as it

@@ -8,7 +8,7 @@
 //! `[rows, 1]` one (the form [`super::broadcast`] gives batch norm's broadcasts). Each element is
 //! the same operation on the same values as burn-flex's, so results are bit-identical.
 
-use super::layout::{contiguous, from_flex, into_flex};
+use super::layout::{contiguous, from_flex, into_flex, writable};
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType, Scalar};
 use burn_flex::{FlexTensor, Layout};
@@ -95,7 +95,7 @@ fn unary<C: Backend>(
     if tensor.dtype() != DType::F32 || n < PARALLEL_MIN {
         return Err(from_flex::<C>(tensor));
     }
-    if start == 0 && tensor.is_unique() {
+    if start == 0 && writable(&tensor) {
         tensor.storage_mut::<f32>()[..n]
             .par_chunks_mut(CHUNK)
             .for_each(|x| x.iter_mut().for_each(|x| *x = op(*x)));
@@ -234,7 +234,7 @@ fn run(
     match form {
         Form::Same => {
             // In place when an operand's buffer is ours alone (burn-flex: the left one only).
-            if l_range.0 == 0 && lhs.is_unique() {
+            if l_range.0 == 0 && writable(&lhs) {
                 let b = &rhs.storage::<f32>()[r_range.0..r_range.1];
                 let a = &mut lhs.storage_mut::<f32>()[..n];
                 a.par_chunks_mut(CHUNK)
@@ -242,7 +242,7 @@ fn run(
                     .for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, &b)| *a = op(*a, b)));
                 return Ok(lhs);
             }
-            if r_range.0 == 0 && rhs.is_unique() {
+            if r_range.0 == 0 && writable(&rhs) {
                 let mut rhs = rhs;
                 let a = &lhs.storage::<f32>()[l_range.0..l_range.1];
                 let b = &mut rhs.storage_mut::<f32>()[..n];

@@ -74,6 +74,12 @@ pub(crate) fn flex_into_primitive<T: 'static>(tensor: FlexTensor) -> T {
         .expect("only called where the primitive is burn-flex's or burn-ndarray's tensor")
 }
 
+/// Whether an op may write into `tensor`'s buffer: nothing else holds it, and it is not a lent
+/// burn-ndarray array (whose first write copies it, single-threaded, before the op's pass).
+pub(crate) fn writable(tensor: &FlexTensor) -> bool {
+    tensor.is_unique() && !super::ndarray_bridge::is_lent(tensor)
+}
+
 /// `tensor` contiguous when `C` is burn-flex and it is a strided view this module copies fast;
 /// unchanged otherwise.
 pub(crate) fn contiguous<C: Backend>(tensor: FloatTensor<C>) -> FloatTensor<C> {

@@ -196,22 +196,31 @@ fn return_lent<E>(array: &ArcArray<E, IxDyn>) {
     }
 }
 
-/// The array `tensor` reads, when it is a lent array's unwritten buffer, whole and unreshaped.
-fn lent_array(tensor: &FlexTensor) -> Option<NdArrayTensor> {
-    if tensor.layout().contiguous_offsets() != Some((0, tensor.layout().num_elements())) {
-        return None;
-    }
+/// What `f` makes of the lending whose memory `tensor`'s buffer is, if any.
+fn lending_of<R>(tensor: &FlexTensor, f: impl FnOnce(Option<&Lending>) -> R) -> R {
     let bytes = tensor.bytes();
     let (address, len) = (bytes.as_ptr() as usize, bytes.len());
     let lendings = LENDINGS.lock().unwrap_or_else(|e| e.into_inner());
-    lendings
+    f(lendings
         .iter()
-        .find(|l| l.address == address && l.bytes == len)
-        .map(|l| l.array.clone())
-        .filter(|array| {
-            use burn_backend::TensorMetadata;
-            array.dtype() == tensor.dtype() && array.shape() == *tensor.layout().shape()
-        })
+        .find(|l| l.address == address && l.bytes == len))
+}
+
+/// Whether `tensor` reads a lent array's memory: writing it would copy the array first, so an
+/// op that can write a result of its own instead should (see [`writable`](super::layout::writable)).
+pub(crate) fn is_lent(tensor: &FlexTensor) -> bool {
+    lending_of(tensor, |lending| lending.is_some())
+}
+
+/// The array `tensor` reads, when it is a lent array's unwritten buffer, whole and unreshaped.
+fn lent_array(tensor: &FlexTensor) -> Option<NdArrayTensor> {
+    use burn_backend::TensorMetadata;
+    if tensor.layout().contiguous_offsets() != Some((0, tensor.layout().num_elements())) {
+        return None;
+    }
+    lending_of(tensor, |lending| lending.map(|l| l.array.clone())).filter(|array| {
+        array.dtype() == tensor.dtype() && array.shape() == *tensor.layout().shape()
+    })
 }
 
 /// The memory behind a lent array's burn-flex buffer: the array itself until the first write,
