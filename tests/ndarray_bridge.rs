@@ -1,7 +1,8 @@
 //! `Hetero<NdArray, _>` hands its arrays to the burn-flex code of its CPU ops and takes the
 //! results back (`src/ops/ndarray_bridge.rs`): an array nothing else holds is worked on in
-//! place, a shared one is read in place and never written, a declined operand comes back as the
-//! array it was, and the values are those of burn-ndarray's own op.
+//! place, a shared one is read in place and never written, a strided one is copied dense first,
+//! a declined operand comes back as the array it was, and the values are those of
+//! burn-ndarray's own op.
 
 use crate::common::*;
 use burn::tensor::activation::relu;
@@ -105,19 +106,24 @@ fn declined_operands_come_back_as_they_were() {
     assert_eq!(values_of(kept), values);
 }
 
-/// Strided arrays (a transposed view) stay with burn-ndarray, and give its values.
+/// A strided array (a transposed view) is copied dense before the threaded pass: burn-ndarray's
+/// values, and the array it views left as it was.
 #[test]
-fn strided_arrays_stay_with_burn_ndarray() {
+fn strided_arrays_are_copied_dense_first() {
     let mut rng = rng_for("bridge strided");
     let values = random_vec(&mut rng, SHAPE.iter().product(), -2.0, 2.0);
     let x = Tensor::<H, 4>::from_data(TensorData::new(values.clone(), SHAPE), &device());
-    let reference = Tensor::<N, 4>::from_data(TensorData::new(values, SHAPE), &device());
-    let got = relu(x.swap_dims(1, 3)).into_data().to_vec::<f32>().unwrap();
+    let reference = Tensor::<N, 4>::from_data(TensorData::new(values.clone(), SHAPE), &device());
+    let got = relu(x.clone().swap_dims(1, 3))
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap();
     let expected = relu(reference.swap_dims(1, 3))
         .into_data()
         .to_vec::<f32>()
         .unwrap();
     assert_eq!(got, expected);
+    assert_eq!(x.into_data().to_vec::<f32>().unwrap(), values);
 }
 
 /// An op that writes into its operand's buffer (slice assignment) on a shared array: the write

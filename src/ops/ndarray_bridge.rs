@@ -14,9 +14,11 @@
 //! - a lent buffer given back unwritten (an op that declined its operands) becomes the array it
 //!   was lent from again: lent arrays are listed by the address of their values while lent.
 //!
-//! Only arrays in standard (row-major, dense) layout are handed over; any other layout stays
-//! with burn-ndarray's own op. Values are moved, never converted, so every result is the bits
-//! the burn-flex path computes.
+//! An array in another layout (a permuted or broadcast view: autodiff's gradients of broadcasts
+//! are such views) is first copied into standard (row-major, dense) layout, one pass, so that
+//! the fused passes take it rather than leaving the whole op to burn-ndarray op by op. Values
+//! are moved or copied, never converted, so every result is the bits the burn-flex path
+//! computes.
 
 use burn_backend::DType;
 use burn_flex::{FlexTensor, Layout};
@@ -28,13 +30,13 @@ use ndarray::{ArcArray, IxDyn};
 use std::sync::Mutex;
 
 /// `tensor` as a burn-flex tensor of the same dtype and shape; given back when it is not a
-/// numeric array in standard layout.
+/// numeric array.
 pub(crate) fn ndarray_into_flex(tensor: NdArrayTensor) -> Result<FlexTensor, NdArrayTensor> {
     macro_rules! hand_over {
         ($storage:expr, $dtype:expr) => {
             // A borrowed storage (read from a file or a deferred result) is copied once here
             // into an array of its own, as burn-ndarray's own ops would on each use.
-            array_into_flex($storage.into_shared(), $dtype).map_err(NdArrayTensor::from)
+            Ok(array_into_flex($storage.into_shared(), $dtype))
         };
     }
     match tensor {
@@ -77,18 +79,20 @@ pub(crate) fn flex_into_ndarray(tensor: FlexTensor) -> NdArrayTensor {
     }
 }
 
-/// A standard-layout array as a contiguous burn-flex tensor: its buffer when nothing else holds
-/// it, else lent (see [`Lent`]).
+/// An array as a contiguous burn-flex tensor: its buffer when nothing else holds it, else lent
+/// (see [`Lent`]); a dense copy first when it is not in standard layout.
 fn array_into_flex<E: bytemuck::Pod + Send + Sync>(
     array: ArcArray<E, IxDyn>,
     dtype: DType,
-) -> Result<FlexTensor, ArcArray<E, IxDyn>>
+) -> FlexTensor
 where
     NdArrayTensor: From<ArcArray<E, IxDyn>>,
 {
-    if !array.is_standard_layout() {
-        return Err(array);
-    }
+    let array = if array.is_standard_layout() {
+        array
+    } else {
+        array.as_standard_layout().into_owned().into_shared()
+    };
     let shape = Shape::from(array.shape().to_vec());
     let len = array.len();
     let bytes = if array.is_unique() {
@@ -109,7 +113,7 @@ where
         // initialised.
         unsafe { Bytes::from_controller(Box::new(Lent::Shared(array)), byte_len) }
     };
-    Ok(FlexTensor::new(bytes, Layout::contiguous(shape), dtype))
+    FlexTensor::new(bytes, Layout::contiguous(shape), dtype)
 }
 
 /// A burn-flex tensor of element `E` as an array owning its values: the buffer itself when it
