@@ -83,8 +83,8 @@ pub(crate) fn writable(tensor: &FlexTensor) -> bool {
 /// `tensor` contiguous when `C` is burn-flex and it is a strided view this module copies fast;
 /// unchanged otherwise.
 pub(crate) fn contiguous<C: Backend>(tensor: FloatTensor<C>) -> FloatTensor<C> {
-    // burn-ndarray's strided arrays stay with burn-ndarray (the bridge takes dense ones only),
-    // and a dense one would only be handed over and back.
+    // burn-ndarray's arrays: the bridge copies a strided one dense as an op takes it, and a
+    // dense one would only be handed over and back here.
     if TypeId::of::<C>() != TypeId::of::<burn_flex::Flex>() {
         return tensor;
     }
