@@ -118,11 +118,7 @@ fn hetero_ndarray_cpu(bencher: Bencher) {
     (32, 32, "pool"), (32, 32, "outside"), (32, 32, "pool, profiled"),
 ])]
 fn hetero_cuda(bencher: Bencher, (batch, size, run): (usize, usize, &str)) {
-    let device = Default::default();
-    Hetero::configure(&device, HeteroConfig::default());
-    if let Err(why) = Hetero::accelerator_status(&device) {
-        let why: String = why.chars().take(120).collect();
-        eprintln!("hetero_cuda skipped, no CUDA device: {why}…");
+    if !cuda_ready::<Flex>("hetero_cuda") {
         return;
     }
     let shape = (batch, size);
@@ -140,14 +136,25 @@ fn hetero_cuda(bencher: Bencher, (batch, size, run): (usize, usize, &str)) {
 /// passes as `Hetero<Flex, _>`); compare with `hetero_cuda`'s "pool" rows.
 #[divan::bench(args = [(1, 4), (32, 32)])]
 fn hetero_ndarray_cuda(bencher: Bencher, shape: (usize, usize)) {
-    let device = Default::default();
-    HeteroNdArray::configure(&device, HeteroConfig::default());
-    if let Err(why) = HeteroNdArray::accelerator_status(&device) {
-        let why: String = why.chars().take(120).collect();
-        eprintln!("hetero_ndarray_cuda skipped, no CUDA device: {why}…");
-        return;
+    if cuda_ready::<NdArray>("hetero_ndarray_cuda") {
+        train_step::<Autodiff<HeteroNdArray>>(bencher, shape, true);
     }
-    train_step::<Autodiff<HeteroNdArray>>(bencher, shape, true);
+}
+
+/// Sets `Hetero<C, CUDA>` to the default placements; false, with a line that says why, where
+/// there is no CUDA device.
+fn cuda_ready<C: burn::tensor::backend::Backend>(bench: &str) -> bool {
+    type On<C> = burn_hetero::Hetero<C, burn_hetero::CudaAccelerator>;
+    let device = Default::default();
+    On::<C>::configure(&device, HeteroConfig::default());
+    match On::<C>::accelerator_status(&device) {
+        Ok(_) => true,
+        Err(why) => {
+            let why: String = why.chars().take(120).collect();
+            eprintln!("{bench} skipped, no CUDA device: {why}…");
+            false
+        }
+    }
 }
 
 /// Runs `bench` with an unsynced profile recording when `profiled`, and prints it.

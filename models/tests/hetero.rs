@@ -24,22 +24,36 @@ type H = burn::backend::Autodiff<HeteroVulkan>;
 /// The tests here set `HeteroVulkan`'s global placements: one at a time.
 static SETTINGS: Mutex<()> = Mutex::new(());
 
-/// Losses of `steps` SGD steps on one random batch of `shape` with labels 0, 1, ...
-fn losses<M: Classifier<H> + AutodiffModule<H>>(mut model: M, shape: [usize; 4]) -> Vec<f32> {
-    let device = Default::default();
-    let images = Tensor::<H, 4>::random(shape, Distribution::Normal(0.0, 1.0), &device);
-    let n = shape[0];
+/// Losses of `steps` steps of `optimizer` (learning rate 0.05) on one batch of `images` with
+/// labels 0, 1, ...
+fn train_losses<B, M, O>(
+    mut model: M,
+    mut optimizer: O,
+    images: Tensor<B, 4>,
+    steps: usize,
+) -> Vec<f32>
+where
+    B: AutodiffBackend,
+    M: Classifier<B> + AutodiffModule<B>,
+    O: Optimizer<M, B>,
+{
+    let n = images.dims()[0];
     let labels = TensorData::new((0..n as i64).collect(), [n]);
-    let targets = Tensor::<H, 1, Int>::from_data(labels, &device);
-    let mut optimizer = SgdConfig::new().init();
+    let targets = Tensor::<B, 1, Int>::from_data(labels, &images.device());
     let mut losses = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..steps {
         let loss = model.loss(model.forward(images.clone()), targets.clone());
         losses.push(loss.clone().into_data().to_vec::<f32>().unwrap()[0]);
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optimizer.step(0.05, model, grads);
     }
     losses
+}
+
+/// Losses of 4 SGD steps on one random batch of `shape`.
+fn losses<M: Classifier<H> + AutodiffModule<H>>(model: M, shape: [usize; 4]) -> Vec<f32> {
+    let images = Tensor::<H, 4>::random(shape, Distribution::Normal(0.0, 1.0), &Default::default());
+    train_losses(model, SgdConfig::new().init(), images, 4)
 }
 
 #[test]
@@ -65,7 +79,7 @@ fn models_train_on_hetero_unchanged() {
 }
 
 /// Losses of ResNet8 (weights from `record`) trained `steps` SGD steps with momentum on `B`, on
-/// one batch of `images` (`[n, 1, 32, 32]`) with labels 0, 1, ...
+/// one batch of `images` (`[n, 1, 32, 32]`).
 fn resnet_losses<B>(record: &[u8], images: &[f32], steps: usize) -> Vec<f32>
 where
     B: AutodiffBackend + BatchNormBackend,
@@ -76,22 +90,12 @@ where
         .load(record.to_vec(), &device)
         .expect("the record loads");
     let config = ResNetConfig::new(8).unwrap().with_in_channels(1).unwrap();
-    let mut model: ResNet<B> = config.init::<B>(&device).load_record(record);
+    let model: ResNet<B> = config.init::<B>(&device).load_record(record);
     let n = images.len() / (32 * 32);
     let x = Tensor::<B, 4>::from_data(TensorData::new(images.to_vec(), [n, 1, 32, 32]), &device);
-    let labels = TensorData::new((0..n as i64).collect(), [n]);
-    let targets = Tensor::<B, 1, Int>::from_data(labels, &device);
-    let mut optimizer =
-        FusedSgd::<B::InnerBackend>::new(Some(&MomentumConfig::new().with_momentum(0.9)), None)
-            .init::<B, ResNet<B>>();
-    let mut losses = Vec::new();
-    for _ in 0..steps {
-        let loss = model.loss(model.forward(x.clone()), targets.clone());
-        losses.push(loss.clone().into_data().to_vec::<f32>().unwrap()[0]);
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        model = optimizer.step(0.05, model, grads);
-    }
-    losses
+    let momentum = MomentumConfig::new().with_momentum(0.9);
+    let optimizer = FusedSgd::<B::InnerBackend>::new(Some(&momentum), None).init::<B, ResNet<B>>();
+    train_losses(model, optimizer, x, steps)
 }
 
 /// ResNet8 with every op on the CPU: on `Hetero<NdArray>` its batch norms, ReLUs, adds and SGD
