@@ -13,7 +13,6 @@ use super::elementwise::{self, BinaryKind};
 use super::layout;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, Shape, TensorMetadata};
-use core::any::TypeId;
 
 /// How a full operand and a broadcast one are seen as matrices: the full one as
 /// `[outer · kept, inner]`, the broadcast one expanded to `[outer, kept]` and reshaped to
@@ -73,7 +72,7 @@ fn binary<C: Backend>(
     lhs: FloatTensor<C>,
     rhs: FloatTensor<C>,
 ) -> FloatTensor<C> {
-    if TypeId::of::<C>() != TypeId::of::<burn_flex::Flex>() || lhs.dtype() != rhs.dtype() {
+    if !layout::is_flex::<C>() || lhs.dtype() != rhs.dtype() {
         return kind.on::<C>(lhs, rhs);
     }
     let (lhs, rhs) = (layout::contiguous::<C>(lhs), layout::contiguous::<C>(rhs));

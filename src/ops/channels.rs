@@ -4,7 +4,7 @@
 //! then a sum along rows).
 
 use super::elementwise::dense;
-use super::layout::{from_flex, into_flex};
+use super::layout::{from_flex, into_flex, is_flex};
 use crate::sums::sum;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType, TensorMetadata};
@@ -110,7 +110,7 @@ pub(crate) fn conv2d_bias_backward<C: Backend>(
     bias: FloatTensor<C>,
     output_grad: FloatTensor<C>,
 ) -> FloatTensor<C> {
-    if core::any::TypeId::of::<C>() != core::any::TypeId::of::<burn_flex::Flex>() {
+    if !is_flex::<C>() {
         return C::conv2d_bias_backward(x, bias, output_grad);
     }
     let grad = match into_flex::<C>(output_grad) {

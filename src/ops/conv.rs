@@ -30,7 +30,6 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType, TensorMetadata};
 use burn_flex::{FlexTensor, Layout};
 use burn_std::{Bytes, Shape};
-use core::any::TypeId;
 use rayon::prelude::*;
 use std::cell::RefCell;
 
@@ -753,7 +752,7 @@ fn own_convs() -> bool {
 
 /// The operands as burn-flex tensors when `C` is burn-flex (and the own convs are on).
 fn as_flex<C: Backend>(tensor: &FloatTensor<C>) -> Option<&FlexTensor> {
-    if TypeId::of::<C>() != TypeId::of::<burn_flex::Flex>() || !own_convs() {
+    if !super::layout::is_flex::<C>() || !own_convs() {
         return None;
     }
     (tensor as &dyn core::any::Any).downcast_ref::<FlexTensor>()

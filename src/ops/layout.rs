@@ -74,6 +74,12 @@ pub(crate) fn flex_into_primitive<T: 'static>(tensor: FlexTensor) -> T {
         .expect("only called where the primitive is burn-flex's or burn-ndarray's tensor")
 }
 
+/// Whether `C` is burn-flex itself: the ops that stay burn-ndarray's own on `Hetero<NdArray, _>`
+/// (where the conformance suite holds it to burn-ndarray's bits) check this, not [`into_flex`].
+pub(crate) fn is_flex<C: Backend>() -> bool {
+    TypeId::of::<C>() == TypeId::of::<burn_flex::Flex>()
+}
+
 /// Whether an op may write into `tensor`'s buffer: nothing else holds it, and it is not a lent
 /// burn-ndarray array (whose first write copies it, single-threaded, before the op's pass).
 pub(crate) fn writable(tensor: &FlexTensor) -> bool {
@@ -85,7 +91,7 @@ pub(crate) fn writable(tensor: &FlexTensor) -> bool {
 pub(crate) fn contiguous<C: Backend>(tensor: FloatTensor<C>) -> FloatTensor<C> {
     // burn-ndarray's arrays: the bridge copies a strided one dense as an op takes it, and a
     // dense one would only be handed over and back here.
-    if TypeId::of::<C>() != TypeId::of::<burn_flex::Flex>() {
+    if !is_flex::<C>() {
         return tensor;
     }
     match into_flex::<C>(tensor) {

@@ -16,7 +16,6 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType};
 use burn_flex::{FlexTensor, Layout};
 use burn_std::{Bytes, Shape};
-use core::any::TypeId;
 use rayon::prelude::*;
 
 /// Multiply-adds per task at least: below this a block's `gemm` call costs less than handing
@@ -174,7 +173,7 @@ fn flex_product<C: Backend>(
     rhs: FloatTensor<C>,
     bias: Option<FloatTensor<C>>,
 ) -> Result<FloatTensor<C>, (FloatTensor<C>, FloatTensor<C>, Option<FloatTensor<C>>)> {
-    if TypeId::of::<C>() != TypeId::of::<burn_flex::Flex>() {
+    if !super::layout::is_flex::<C>() {
         return Err((lhs, rhs, bias));
     }
     let into = |t: FloatTensor<C>| primitive_into_flex::<FloatTensor<C>>(t).ok();
