@@ -25,6 +25,7 @@ pub mod cast;
 mod deferred;
 mod device;
 mod fallback;
+mod held;
 pub mod norm;
 mod offload;
 mod ops;

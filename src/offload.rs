@@ -350,7 +350,8 @@ fn offload<C: Backend, A: Accelerator>(
             counters.bytes_down += data.bytes.len() as u64;
             counters.elements = data.num_elements() as u64;
             counters.deferred_reads += 1;
-            results.push((index, C::float_from_data(data, &device), counters));
+            let tensor = crate::ops::layout::float_from_data::<C>(data, &device);
+            results.push((index, tensor, counters));
         }
         let start = Instant::now();
         datas = read().map_err(|e| format!("download failed: {e}"))?;
@@ -367,7 +368,7 @@ fn offload<C: Backend, A: Accelerator>(
         counters.bytes_down += data.bytes.len() as u64;
         counters.elements = data.num_elements() as u64;
         let start = Instant::now();
-        let tensor = C::float_from_data(cast(data, out.dtype), &out.device);
+        let tensor = crate::ops::layout::float_from_data::<C>(cast(data, out.dtype), &out.device);
         counters.cpu += start.elapsed();
         results.push((index, tensor, counters));
     }

@@ -2,51 +2,27 @@
 //!
 //! Autodiff's conv backward asks for the input gradient and then, with the same operands, for
 //! the weight gradient: two offloaded ops, each ending in a blocking read from the device. When
-//! both phases are placed on the accelerator at one precision and the CPU backend is burn-flex,
-//! the input-gradient call also uploads the input, launches the weight gradient and reads both
+//! both phases are placed on the accelerator at one precision, the input-gradient call also uploads the input, launches the weight gradient and reads both
 //! results in one go; the weight gradient waits here, one per thread, until it is asked for.
 //!
 //! It is handed out only for the same request: the same input, weight and output-gradient
-//! buffers (weak references, with their layouts; burn-flex cannot change a buffer in place while
-//! a weak reference to it is out, see `uploads`) and the same options. A conv whose weight
+//! buffers, unchanged, in the same views (see `held`), and the same options. A conv whose weight
 //! gradient is never asked for (frozen weights) shows as a waiting result that nobody took when
 //! the next input gradient comes; that conv's shape is not paired again (logged once).
 
 use crate::fallback::warn_once;
+use crate::held::HeldBuffer;
 use crate::profile::ConvSignature;
 use burn_backend::ops::ConvOptions;
-use burn_flex::{FlexTensor, Layout};
-use burn_std::Bytes;
 use core::any::Any;
 use std::cell::RefCell;
 use std::collections::HashSet;
-use std::sync::{Arc, Weak};
-
-/// One operand of the request, by buffer and view.
-struct Operand {
-    buffer: Weak<Bytes>,
-    layout: Layout,
-}
-
-impl Operand {
-    fn of(tensor: &FlexTensor) -> Self {
-        Operand {
-            buffer: Arc::downgrade(&tensor.data_arc()),
-            layout: tensor.layout().clone(),
-        }
-    }
-
-    fn is(&self, tensor: &FlexTensor) -> bool {
-        self.layout == *tensor.layout()
-            && Weak::ptr_eq(&self.buffer, &Arc::downgrade(&tensor.data_arc()))
-    }
-}
 
 /// A weight gradient computed ahead, with the request it answers.
 struct Waiting {
     conv: ConvSignature,
     /// Input, weight and output gradient.
-    operands: [Operand; 3],
+    operands: [HeldBuffer; 3],
     options: ConvOptions<2>,
     /// The gradient, as the CPU backend's float tensor.
     grad: Box<dyn Any>,
@@ -74,14 +50,14 @@ thread_local! {
     static STATE: RefCell<State> = RefCell::new(State::default());
 }
 
-/// The three operands as burn-flex tensors, when they are.
-pub(crate) fn flex_operands<'a, T: 'static>(
-    x: &'a T,
-    weight: &'a T,
-    output_grad: &'a T,
-) -> Option<[&'a FlexTensor; 3]> {
-    let flex = |t: &'a T| (t as &dyn Any).downcast_ref::<FlexTensor>();
-    Some([flex(x)?, flex(weight)?, flex(output_grad)?])
+/// The three operands' buffers (input, weight, output gradient), when each is a buffer that
+/// can be held (see [`HeldBuffer::of`]).
+pub(crate) fn operands<T: 'static>(x: &T, weight: &T, output_grad: &T) -> Option<[HeldBuffer; 3]> {
+    Some([
+        HeldBuffer::of(x)?,
+        HeldBuffer::of(weight)?,
+        HeldBuffer::of(output_grad)?,
+    ])
 }
 
 /// Whether the weight gradient of `conv` should be computed with its input gradient. Called as
@@ -108,13 +84,13 @@ pub(crate) fn wanted(conv: &ConvSignature) -> bool {
 /// Keeps `grad`, the weight gradient of the request (`operands`: input, weight, output gradient).
 pub(crate) fn keep<T: 'static>(
     conv: ConvSignature,
-    operands: [&FlexTensor; 3],
+    operands: [HeldBuffer; 3],
     options: ConvOptions<2>,
     grad: T,
 ) {
     let waiting = Waiting {
         conv,
-        operands: operands.map(Operand::of),
+        operands,
         options,
         grad: Box::new(grad),
     };
@@ -122,12 +98,12 @@ pub(crate) fn keep<T: 'static>(
 }
 
 /// The weight gradient kept for exactly this request, taken out.
-pub(crate) fn take<T: 'static>(operands: [&FlexTensor; 3], options: &ConvOptions<2>) -> Option<T> {
+pub(crate) fn take<T: 'static>(operands: [HeldBuffer; 3], options: &ConvOptions<2>) -> Option<T> {
     STATE.with(|state| {
         let mut state = state.borrow_mut();
         let waiting = state.waiting.as_ref()?;
         let same = waiting.options == *options
-            && waiting.operands.iter().zip(operands).all(|(o, t)| o.is(t));
+            && waiting.operands.iter().zip(operands).all(|(o, t)| o.is(&t));
         if !same || !waiting.grad.is::<T>() {
             return None;
         }

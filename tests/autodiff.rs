@@ -373,7 +373,8 @@ fn profile_attributes_conv_phases_to_layers() {
     for l in &p.layers {
         assert_eq!(l.ran, Ran::Accelerator(Precision::F16), "\n{p}");
         let c = &l.counters;
-        assert!(c.bytes_up > 0 && c.bytes_down > 0, "\n{p}");
+        // A paired weight gradient may find all its operands on the device already.
+        assert!(c.bytes_up + c.bytes_reused > 0 && c.bytes_down > 0, "\n{p}");
         assert!(!c.upload.is_zero() && !c.compute.is_zero() && !c.download.is_zero());
     }
     for op in [

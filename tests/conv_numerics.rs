@@ -305,10 +305,17 @@ pub fn run_grid<A: Accelerator>(precision: Precision, f32_gradient_bound: f64) -
         worst[0] = worst[0].max(e);
 
         poison_accelerator::<A>(big);
-        let dx = <H<A> as ModuleOps<H<A>>>::conv2d_x_backward(
+        // One set of operands for both gradients: the weight gradient is the one computed
+        // with the input gradient where the two are paired (`Hetero<NdArray, _>` pairs them).
+        let operands = (
             prim::<H<A>>(&x, case.x_shape()),
             prim::<H<A>>(&w, case.w_shape()),
             prim::<H<A>>(&g, case.y_shape()),
+        );
+        let dx = <H<A> as ModuleOps<H<A>>>::conv2d_x_backward(
+            operands.0.clone(),
+            operands.1.clone(),
+            operands.2.clone(),
             case.options(),
         );
         let dx = values(Tensor::<H<A>, 4>::from_primitive(TensorPrimitive::Float(
@@ -325,9 +332,9 @@ pub fn run_grid<A: Accelerator>(precision: Precision, f32_gradient_bound: f64) -
 
         poison_accelerator::<A>(big);
         let dw = <H<A> as ModuleOps<H<A>>>::conv2d_weight_backward(
-            prim::<H<A>>(&x, case.x_shape()),
-            prim::<H<A>>(&w, case.w_shape()),
-            prim::<H<A>>(&g, case.y_shape()),
+            operands.0,
+            operands.1,
+            operands.2,
             case.options(),
         );
         let dw = values(Tensor::<H<A>, 4>::from_primitive(TensorPrimitive::Float(

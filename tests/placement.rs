@@ -8,6 +8,8 @@ use burn::tensor::{DType, Tensor, TensorData};
 use burn_autodiff::Autodiff;
 use burn_hetero::{HeteroConfig, OpKind, Placement, Precision, Ran, Stats};
 
+use Precision::{BF16, F16, F32};
+
 const XS: [usize; 4] = [2, 3, 9, 8];
 const WS: [usize; 4] = [5, 3, 3, 3];
 
@@ -536,12 +538,15 @@ fn weight_gradient_comes_with_the_input_gradient() {
     assert_eq!(calls(&delta, OpKind::Conv2dWeightGrad), 1, "{delta}");
 }
 
-/// Three convs in a chain on `Autodiff<Hetero<Flex, A>>`, the forward at `forward` and both
+/// Three convs in a chain on `Autodiff<Hetero<C, A>>`, the forward at `forward` and both
 /// gradients at `backward`: each backward reads its forward's uploads of the input (weight
 /// gradient) and the weight (input gradient) from the device, with the uploads of the later
 /// layers in between, and uploads only its output gradient. The gradients follow an f32 run on
-/// burn-flex within `tolerance` (relative L2).
-fn backward_reads_the_forward_uploads<A: burn_hetero::Accelerator>(
+/// burn-flex within `tolerance` (relative L2). With burn-ndarray as `C` the buffers are
+/// burn-ndarray's arrays, lent to each op anew, which the uploads and the paired gradients
+/// know again by the array.
+fn backward_reads_the_forward_uploads<C: Backend, A: burn_hetero::Accelerator>(
+    device: &C::Device,
     forward: Precision,
     backward: Precision,
     tolerance: f64,
@@ -553,7 +558,7 @@ fn backward_reads_the_forward_uploads<A: burn_hetero::Accelerator>(
         .with_placement(OpKind::Conv2dInputGrad, Placement::accelerator(backward))
         .with_placement(OpKind::Conv2dWeightGrad, Placement::accelerator(backward))
         .with_strict(true);
-    burn_hetero::Hetero::<burn_flex::Flex, A>::configure(&burn_flex::FlexDevice, config);
+    burn_hetero::Hetero::<C, A>::configure(device, config);
     let (xs, ws) = ([2, 4, 7, 6], [4, 4, 3, 3]);
     let (x, weights, output_grad) = chain_operands("forward uploads", xs, ws);
     let operands = (xs, ws);
@@ -561,18 +566,15 @@ fn backward_reads_the_forward_uploads<A: burn_hetero::Accelerator>(
         chained_conv_grads::<AF>(&Default::default(), operands, &x, &weights, &output_grad);
     let mut got = Vec::new();
     let delta = delta_of(|| {
-        got = chained_conv_grads::<Autodiff<burn_hetero::Hetero<burn_flex::Flex, A>>>(
-            &burn_flex::FlexDevice,
+        got = chained_conv_grads::<Autodiff<burn_hetero::Hetero<C, A>>>(
+            device,
             operands,
             &x,
             &weights,
             &output_grad,
         );
     });
-    burn_hetero::Hetero::<burn_flex::Flex, A>::configure(
-        &burn_flex::FlexDevice,
-        HeteroConfig::default(),
-    );
+    burn_hetero::Hetero::<C, A>::configure(device, HeteroConfig::default());
     for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
         let r: Vec<f64> = r.iter().map(|&v| v as f64).collect();
         let err = rel_l2(g, &r);
@@ -719,14 +721,23 @@ fn a_failed_deferred_read_is_computed_on_the_cpu() {
 /// At one precision the backward reads the forward's device copies as they are.
 #[test]
 fn backward_reads_the_forward_uploads_at_f16() {
-    backward_reads_the_forward_uploads::<Accel>(Precision::F16, Precision::F16, 5e-3);
+    let flex = burn_flex::FlexDevice;
+    backward_reads_the_forward_uploads::<burn_flex::Flex, Accel>(&flex, F16, F16, 5e-3);
+}
+
+/// The same on burn-ndarray's arrays.
+#[test]
+fn backward_reads_the_forward_uploads_of_ndarray_arrays() {
+    backward_reads_the_forward_uploads::<N, Accel>(&device(), F16, F16, 5e-3);
+    backward_reads_the_forward_uploads::<N, Accel>(&device(), F32, F16, 5e-3);
 }
 
 /// The forward at f32, the gradients at f16: the input gradients read the weights uploaded at
 /// f16 beside the forward's operands; the weight gradients upload their input again.
 #[test]
 fn backward_reads_the_weights_uploaded_ahead_at_f16() {
-    backward_reads_the_forward_uploads::<Accel>(Precision::F32, Precision::F16, 5e-3);
+    let flex = burn_flex::FlexDevice;
+    backward_reads_the_forward_uploads::<burn_flex::Flex, Accel>(&flex, F32, F16, 5e-3);
 }
 
 /// The forward at f16, the gradients at bf16 (the default placement): the weights go up at
@@ -735,11 +746,10 @@ fn backward_reads_the_weights_uploaded_ahead_at_f16() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn cuda_backward_reads_the_forward_uploads_at_bf16() {
-    backward_reads_the_forward_uploads::<burn_hetero::CudaAccelerator>(
-        Precision::F16,
-        Precision::BF16,
-        2e-2,
-    );
+    let flex = burn_flex::FlexDevice;
+    type Cuda = burn_hetero::CudaAccelerator;
+    backward_reads_the_forward_uploads::<burn_flex::Flex, Cuda>(&flex, F16, BF16, 2e-2);
+    backward_reads_the_forward_uploads::<N, Cuda>(&device(), F16, BF16, 2e-2);
 }
 
 /// Uploads come back bit for bit as the host casts them: f32 values cast to f16/bf16 on their way

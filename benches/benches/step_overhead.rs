@@ -133,11 +133,14 @@ fn hetero_cuda(bencher: Bencher, (batch, size, run): (usize, usize, &str)) {
 
 /// `Hetero<NdArray, _>` with the default placements, the loop on a pool thread: its CPU ops on
 /// burn-ndarray's arrays (batch norm, ReLU, adds, pooling, SGD through the bridge to the same
-/// passes as `Hetero<Flex, _>`); compare with `hetero_cuda`'s "pool" rows.
-#[divan::bench(args = [(1, 4), (32, 32)])]
-fn hetero_ndarray_cuda(bencher: Bencher, shape: (usize, usize)) {
+/// passes as `Hetero<Flex, _>`); compare with `hetero_cuda`'s "pool" rows. `true`: with an
+/// unsynced profile recording, printed.
+#[divan::bench(args = [(1, 4, false), (32, 32, false), (32, 32, true)])]
+fn hetero_ndarray_cuda(bencher: Bencher, (batch, size, profiled): (usize, usize, bool)) {
     if cuda_ready::<NdArray>("hetero_ndarray_cuda") {
-        train_step::<Autodiff<HeteroNdArray>>(bencher, shape, true);
+        with_profile(profiled, || {
+            train_step::<Autodiff<HeteroNdArray>>(bencher, (batch, size), true)
+        });
     }
 }
 

@@ -74,6 +74,23 @@ pub(crate) fn flex_into_primitive<T: 'static>(tensor: FlexTensor) -> T {
         .expect("only called where the primitive is burn-flex's or burn-ndarray's tensor")
 }
 
+/// `data` (an offloaded op's result) as `C`'s float tensor. On burn-ndarray, an array that owns
+/// its values: the data's buffer itself where it is a `Vec` of them, else one copy. Burn-ndarray's
+/// own `from_data` would borrow the buffer, and a borrowed array is copied again by every op
+/// that takes it (burn-ndarray's and the bridge's alike), and cannot be held to recognise it as
+/// the next op's operand (see `held`).
+pub(crate) fn float_from_data<C: Backend>(
+    data: burn_backend::TensorData,
+    device: &C::Device,
+) -> FloatTensor<C> {
+    let owned = matches!(data.dtype, DType::F32 | DType::F64);
+    if owned && TypeId::of::<FloatTensor<C>>() == TypeId::of::<NdArrayTensor>() {
+        let layout = Layout::contiguous(data.shape);
+        return flex_into_primitive(FlexTensor::new(data.bytes, layout, data.dtype));
+    }
+    C::float_from_data(data, device)
+}
+
 /// Whether `C` is burn-flex itself: the ops that stay burn-ndarray's own on `Hetero<NdArray, _>`
 /// (where the conformance suite holds it to burn-ndarray's bits) check this, not [`into_flex`].
 pub(crate) fn is_flex<C: Backend>() -> bool {

@@ -12,7 +12,7 @@ mod fill;
 mod forwarded;
 pub(crate) mod layout;
 mod matmul;
-mod ndarray_bridge;
+pub(crate) mod ndarray_bridge;
 pub(crate) mod placed;
 mod pool;
 mod rebind;

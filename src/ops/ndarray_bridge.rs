@@ -227,6 +227,18 @@ fn lent_array(tensor: &FlexTensor) -> Option<NdArrayTensor> {
     })
 }
 
+/// The f32 array `tensor` reads, when it is a lent array's unwritten buffer, whole and
+/// unreshaped: what holds its values beyond the op (see `held`).
+pub(crate) fn lent_f32_array(tensor: &FlexTensor) -> Option<ArcArray<f32, IxDyn>> {
+    if tensor.dtype() != DType::F32 {
+        return None;
+    }
+    match lent_array(tensor)? {
+        NdArrayTensor::F32(storage) => Some(storage.into_shared()),
+        _ => None,
+    }
+}
+
 /// The memory behind a lent array's burn-flex buffer: the array itself until the first write,
 /// then a copy of its values, whose `Vec` a result can take over.
 enum Lent<E> {

@@ -80,8 +80,8 @@ pub(crate) fn conv2d<C: Backend, A: Accelerator>(
     )
 }
 
-/// The input gradient; where the weight gradient is placed alike and the operands are burn-flex
-/// tensors, the weight gradient is computed in the same accelerator call and kept for the
+/// The input gradient; where the weight gradient is placed alike (and the operands' buffers can
+/// be held, see `held`), the weight gradient is computed in the same accelerator call and kept for the
 /// request that follows (see [`paired`]).
 pub(crate) fn conv2d_x_backward<C: Backend, A: Accelerator>(
     x: FloatTensor<C>,
@@ -95,7 +95,7 @@ pub(crate) fn conv2d_x_backward<C: Backend, A: Accelerator>(
     let input_grad = config.placement(OpKind::Conv2dInputGrad);
     let pair = matches!(input_grad, Placement::Accelerator { .. })
         && config.placement(OpKind::Conv2dWeightGrad) == input_grad
-        && paired::flex_operands(&x, &weight, &output_grad).is_some()
+        && paired::operands(&x, &weight, &output_grad).is_some()
         && conv.as_ref().is_some_and(paired::wanted);
     let extras = if pair {
         vec![weight_grad_part::<C, A>(
@@ -122,8 +122,8 @@ pub(crate) fn conv2d_x_backward<C: Backend, A: Accelerator>(
     if let (Some((x, weight, output_grad)), Some(weight_grad), Some(conv)) =
         (operands, extra.pop(), conv)
     {
-        let flex = paired::flex_operands(&x, &weight, &output_grad).expect("checked above");
-        paired::keep(conv, flex, kept_options, weight_grad);
+        let held = paired::operands(&x, &weight, &output_grad).expect("checked above");
+        paired::keep(conv, held, kept_options, weight_grad);
     }
     x_grad
 }
@@ -164,8 +164,8 @@ pub(crate) fn conv2d_weight_backward<C: Backend, A: Accelerator>(
     output_grad: FloatTensor<C>,
     options: ConvOptions<2>,
 ) -> FloatTensor<C> {
-    if let Some(flex) = paired::flex_operands(&x, &weight, &output_grad)
-        && let Some(grad) = paired::take::<FloatTensor<C>>(flex, &options)
+    if let Some(held) = paired::operands(&x, &weight, &output_grad)
+        && let Some(grad) = paired::take::<FloatTensor<C>>(held, &options)
     {
         return grad;
     }
