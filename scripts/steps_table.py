@@ -20,6 +20,7 @@ def ms(cell):
 def main(path):
     build = None
     bench = None
+    pending = None
     cells = {}  # (bench, arg) -> build -> [median ms per round]
     order = []
     builds = []
@@ -30,12 +31,23 @@ def main(path):
             if build not in builds:
                 builds.append(build)
             continue
-        parts = line.rstrip("\n").split("│")
-        if build is None or len(parts) < 4:
+        line = line.rstrip("\n")
+        # The tree's own "│" columns come first: they give the depth, and are not cells.
+        prefix = re.match(r"^[│ ]*", line).group(0)
+        depth = len(prefix) // 3
+        parts = line[len(prefix):].split("│")
+        if build is None:
             continue
-        name = parts[0]
-        depth = len(re.match(r"^[│ ]*", name).group(0)) // 3
-        label = re.sub(r"^[│├╰─ ]*", "", name)
+        # A profiled run prints its profile between its name and its times.
+        named = re.match(r"^[├╰]─ (\(.*?\))\s+profile", parts[0])
+        if named:
+            pending = named.group(1)
+            continue
+        if len(parts) < 4:
+            continue
+        label = re.sub(r"^[├╰─ ]*", "", parts[0])
+        if ms(label) is not None:
+            label, depth = pending or "?", 1
         # The first column holds the name and the fastest time; the median is the third.
         first = re.match(r"(.*?)\s{2,}(\S+ \S+)\s*$", label)
         if first:
