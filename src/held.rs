@@ -14,7 +14,7 @@
 //!   nowhere else (the array's copy on write), so while the clone is held the values cannot
 //!   change, and their memory cannot be freed and reused for another array. The array counts
 //!   as gone once the clone is its only holder, which makes a holder keep at most one clone of
-//!   an array (see [`HeldBuffer::shares`]). Burn-ndarray's arrays reach `Hetero`'s code as
+//!   an array (see [`HeldBuffer::share`]). Burn-ndarray's arrays reach `Hetero`'s code as
 //!   burn-flex buffers lent for one op (`ndarray_bridge`); such a buffer is held as the array
 //!   it was lent from, which outlives the op.
 
@@ -42,34 +42,28 @@ pub(crate) enum HeldBuffer {
     },
 }
 
-/// A view of an array's values: the address of its first value, its shape and strides.
+/// A view of an array's values: the address of its first value, its shape and strides, and the
+/// bytes it spans when it is dense in standard layout.
 #[derive(PartialEq)]
 pub(crate) struct ArrayView {
     address: usize,
     shape: Vec<usize>,
     strides: Vec<isize>,
+    span: Option<core::ops::Range<usize>>,
 }
 
 impl ArrayView {
     fn of(array: &ArcArray<f32, IxDyn>) -> Self {
+        let address = array.as_ptr() as usize;
+        let span = array
+            .is_standard_layout()
+            .then(|| address..address + array.len() * size_of::<f32>());
         ArrayView {
-            address: array.as_ptr() as usize,
+            address,
             shape: array.shape().to_vec(),
             strides: array.strides().to_vec(),
+            span,
         }
-    }
-
-    /// The bytes the view spans, when it is dense in standard layout.
-    fn span(&self) -> Option<core::ops::Range<usize>> {
-        let mut expected = 1isize;
-        for (&n, &s) in self.shape.iter().zip(&self.strides).rev() {
-            if n > 1 && s != expected {
-                return None;
-            }
-            expected *= n as isize;
-        }
-        let len = self.shape.iter().product::<usize>() * size_of::<f32>();
-        Some(self.address..self.address + len)
     }
 }
 
@@ -148,7 +142,7 @@ impl HeldBuffer {
                 view: other_view,
             },
         ) = (self, other)
-            && let (Some(a), Some(b)) = (view.span(), other_view.span())
+            && let (Some(a), Some(b)) = (&view.span, &other_view.span)
             && a.start < b.end
             && b.start < a.end
         {
