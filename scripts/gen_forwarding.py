@@ -68,6 +68,7 @@ REWRITTEN = {
     "max_pool2d": "pool::max_pool2d",
     "max_pool2d_with_indices": "pool::max_pool2d_with_indices",
     "max_pool2d_with_indices_backward": "pool::max_pool2d_with_indices_backward",
+    "float_slice": "slice::float_slice",
     "float_slice_assign": "slice::float_slice_assign",
     "float_zeros": "fill::float_zeros",
     "float_cat": "fill::float_cat",

@@ -160,3 +160,154 @@ fn a_write_into_a_shared_array_goes_to_a_copy() {
         "the shared array was written"
     );
 }
+
+/// Large f32 slices are copied across threads (burn-ndarray copies on one): every form the
+/// models use (every second pixel, a channel range, a batch range, a bound counted from the
+/// end) gives burn-ndarray's shape and values, and leaves the sliced array as it was.
+#[test]
+fn large_slices_are_burn_ndarrays() {
+    use burn::tensor::Slice;
+    let mut rng = rng_for("bridge slices");
+    let shape = [8, 16, 32, 32];
+    let values = random_vec(&mut rng, shape.iter().product(), -2.0, 2.0);
+    let cases: Vec<Vec<Slice>> = vec![
+        vec![
+            Slice::full(),
+            Slice::full(),
+            Slice::new(0, None, 2),
+            Slice::new(0, None, 2),
+        ],
+        vec![
+            Slice::full(),
+            Slice::new(1, None, 2),
+            Slice::new(1, Some(31), 3),
+        ],
+        vec![Slice::full(), Slice::new(4, Some(12), 1)],
+        vec![Slice::new(2, Some(7), 1)],
+        vec![
+            Slice::full(),
+            Slice::new(-8, None, 1),
+            Slice::new(-30, Some(-1), 1),
+        ],
+        vec![
+            Slice::full(),
+            Slice::full(),
+            Slice::full(),
+            Slice::new(3, Some(29), 1),
+        ],
+    ];
+    for slices in cases {
+        let x = primitive(&values, shape);
+        let kept = x.clone();
+        let reference =
+            Tensor::<N, 4>::from_data(TensorData::new(values.clone(), shape), &device())
+                .into_primitive()
+                .tensor();
+        let got = H::float_slice(x, &slices);
+        let expected = N::float_slice(reference, &slices);
+        let (got_shape, expected_shape) = (
+            burn::tensor::TensorMetadata::shape(&got),
+            burn::tensor::TensorMetadata::shape(&expected),
+        );
+        assert_eq!(got_shape, expected_shape, "shape of {slices:?}");
+        let got = Tensor::<H, 4>::from_primitive(TensorPrimitive::Float(got));
+        let expected = Tensor::<N, 4>::from_primitive(TensorPrimitive::Float(expected));
+        assert_eq!(
+            got.into_data().to_vec::<f32>().unwrap(),
+            expected.into_data().to_vec::<f32>().unwrap(),
+            "values of {slices:?}"
+        );
+        assert_eq!(values_of(kept), values, "the sliced array changed");
+    }
+}
+
+/// A reshape of a dense array keeps its buffer (burn-ndarray's own copies it), and a write
+/// into either array afterwards leaves the other as it was.
+#[test]
+fn a_reshape_keeps_the_buffer() {
+    let mut rng = rng_for("bridge reshape");
+    let values = random_vec(&mut rng, SHAPE.iter().product(), -2.0, 2.0);
+    let x = primitive(&values, SHAPE);
+    let before = address(&x);
+    let flat = [SHAPE[0] * SHAPE[1], SHAPE[2] * SHAPE[3]];
+    let y = H::float_reshape(x.clone(), flat.into());
+    assert_eq!(address(&y), before, "the reshape copied the values");
+    assert_eq!(burn::tensor::TensorMetadata::shape(&y), flat.into());
+    // A write into the reshaped array (through slice assignment) goes to a copy.
+    let patch = random_vec(&mut rng, 4 * 1024, 5.0, 6.0);
+    let patch = Tensor::<H, 2>::from_data(TensorData::new(patch, [4, 1024]), &device())
+        .into_primitive()
+        .tensor();
+    let written =
+        H::float_slice_assign(y.clone(), &[burn::tensor::Slice::new(0, Some(4), 1)], patch);
+    let written = Tensor::<H, 2>::from_primitive(TensorPrimitive::Float(written))
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap();
+    assert!(written[..4 * 1024].iter().all(|v| (5.0..6.0).contains(v)));
+    assert_eq!(&written[4 * 1024..], &values[4 * 1024..]);
+    assert_eq!(
+        values_of(x),
+        values,
+        "the reshaped array's write reached the original"
+    );
+    let y = Tensor::<H, 2>::from_primitive(TensorPrimitive::Float(y));
+    assert_eq!(y.into_data().to_vec::<f32>().unwrap(), values);
+}
+
+/// Large f32 binary ops, broadcasts among them, run on the threaded passes: burn-ndarray's bits
+/// for same shapes, a column (an average pool's backward), a channel vector (batch norm's form)
+/// and a broadcast operand on the left of the non-commutative ops.
+#[test]
+fn large_binary_ops_are_burn_ndarrays() {
+    let mut rng = rng_for("bridge binary");
+    let shapes: [([usize; 4], [usize; 4]); 5] = [
+        (SHAPE, SHAPE),
+        ([1, 32, 64, 64], [1, 32, 64, 1]),
+        (SHAPE, [1, 16, 1, 1]),
+        ([1, 16, 1, 1], SHAPE),
+        ([4, 16, 1, 1], SHAPE),
+    ];
+    for (lhs_shape, rhs_shape) in shapes {
+        let lhs = random_vec(&mut rng, lhs_shape.iter().product(), -2.0, 2.0);
+        // Away from zero, for the division.
+        let rhs: Vec<f32> = random_vec(&mut rng, rhs_shape.iter().product(), 0.5, 2.0)
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| if i % 3 == 0 { -v } else { v })
+            .collect();
+        type Op<B> = fn(Tensor<B, 4>, Tensor<B, 4>) -> Tensor<B, 4>;
+        let ops: [(&str, Op<H>, Op<N>); 4] = [
+            ("add", |a, b| a + b, |a, b| a + b),
+            ("sub", |a, b| a - b, |a, b| a - b),
+            ("mul", |a, b| a * b, |a, b| a * b),
+            ("div", |a, b| a / b, |a, b| a / b),
+        ];
+        for (name, on_h, on_n) in ops {
+            let h = |v: &[f32], s: [usize; 4]| {
+                Tensor::<H, 4>::from_data(TensorData::new(v.to_vec(), s), &device())
+            };
+            let n = |v: &[f32], s: [usize; 4]| {
+                Tensor::<N, 4>::from_data(TensorData::new(v.to_vec(), s), &device())
+            };
+            let kept = h(&lhs, lhs_shape);
+            let got = on_h(kept.clone(), h(&rhs, rhs_shape)).into_data();
+            let expected = on_n(n(&lhs, lhs_shape), n(&rhs, rhs_shape)).into_data();
+            assert_eq!(
+                got.shape, expected.shape,
+                "{name} {lhs_shape:?} {rhs_shape:?}"
+            );
+            let (got, expected) = (
+                got.to_vec::<f32>().unwrap(),
+                expected.to_vec::<f32>().unwrap(),
+            );
+            assert!(
+                got.iter()
+                    .zip(&expected)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{name} {lhs_shape:?} {rhs_shape:?}: not burn-ndarray's bits"
+            );
+            assert_eq!(kept.into_data().to_vec::<f32>().unwrap(), lhs);
+        }
+    }
+}

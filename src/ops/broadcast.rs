@@ -6,8 +6,9 @@
 //! `[N, C, H, W]`) through a slow general path: 9.2 ms for `[32, 16, 32, 32] × [1, 16, 1, 1]` on
 //! 2 cores, against 0.26 ms for the same product written as `[N·C, H·W] × [N·C, 1]` (the small
 //! operand first expanded to `[N, C]`, 512 values). burn-ndarray is slower with the rewrite
-//! (5.9 ms against 2.5 ms), so it applies to burn-flex only (`cargo bench -p
-//! burn-hetero-benches --bench cpu_ops` times the three).
+//! (5.9 ms against 2.5 ms) when its own op runs the rewritten form (`cargo bench -p
+//! burn-hetero-benches --bench cpu_ops` times the three); on burn-ndarray, large f32 operands go
+//! through the bridge to the same threaded passes as burn-flex's instead.
 
 use super::elementwise::{self, BinaryKind};
 use super::layout;
@@ -72,7 +73,9 @@ fn binary<C: Backend>(
     lhs: FloatTensor<C>,
     rhs: FloatTensor<C>,
 ) -> FloatTensor<C> {
-    if !layout::is_flex::<C>() || lhs.dtype() != rhs.dtype() {
+    if lhs.dtype() != rhs.dtype()
+        || !(layout::is_flex::<C>() || threaded_on_ndarray::<C>(&lhs, &rhs))
+    {
         return kind.on::<C>(lhs, rhs);
     }
     let (lhs, rhs) = (layout::contiguous::<C>(lhs), layout::contiguous::<C>(rhs));
@@ -86,8 +89,8 @@ fn binary<C: Backend>(
     };
     let (full, small) = if small_is_rhs { (lhs, rhs) } else { (rhs, lhs) };
     let rows = plan.outer * plan.kept;
-    let full = C::float_reshape(full, Shape::new([rows, plan.inner]));
-    let small = C::float_reshape(
+    let full = layout::float_reshape::<C>(full, Shape::new([rows, plan.inner]));
+    let small = layout::float_reshape::<C>(
         C::float_expand(small, plan.expanded.clone()),
         Shape::new([rows, 1]),
     );
@@ -96,7 +99,17 @@ fn binary<C: Backend>(
     } else {
         run(small, full)
     };
-    C::float_reshape(out, plan.full)
+    layout::float_reshape::<C>(out, plan.full)
+}
+
+/// Whether `C` is burn-ndarray and the op is a large f32 one, which the bridge hands to the
+/// threaded passes of [`elementwise`]: burn-ndarray runs a binary op on one thread (a product
+/// `[32, 64, 64] · [32, 64, 1]` in an average pool's backward took 2.1 ms a call on the H200,
+/// 2026-12-06). Small ops stay burn-ndarray's, where the hand-over would cost more than it saves.
+fn threaded_on_ndarray<C: Backend>(lhs: &FloatTensor<C>, rhs: &FloatTensor<C>) -> bool {
+    layout::is_ndarray::<C>()
+        && lhs.dtype() == burn_backend::DType::F32
+        && lhs.shape().num_elements().max(rhs.shape().num_elements()) >= elementwise::PARALLEL_MIN
 }
 
 pub(crate) fn float_add<C: Backend>(lhs: FloatTensor<C>, rhs: FloatTensor<C>) -> FloatTensor<C> {

@@ -18,7 +18,7 @@ use rayon::prelude::*;
 
 /// Below this many elements burn-flex's single-threaded op is left alone: splitting would cost
 /// more than it saves.
-const PARALLEL_MIN: usize = 1 << 16;
+pub(crate) const PARALLEL_MIN: usize = 1 << 16;
 
 /// Elements per rayon task at least.
 const CHUNK: usize = 1 << 13;

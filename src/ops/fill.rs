@@ -32,8 +32,13 @@ pub(crate) fn float_zeros<C: Backend>(
     dtype: FloatDType,
 ) -> FloatTensor<C> {
     let n = shape.num_elements();
+    // burn-ndarray's arrays too: the zeroed `Vec` becomes the array's buffer (its own zeros
+    // took 0.23 ms a call for ResNet's `[32, 16, 32, 32]` on the H200, 2026-12-06).
     let flex = TypeId::of::<FloatTensor<C>>() == TypeId::of::<FlexTensor>();
-    if !flex || n < PARALLEL_MIN || DType::from(dtype) != DType::F32 {
+    if !(flex || super::layout::is_ndarray::<C>())
+        || n < PARALLEL_MIN
+        || DType::from(dtype) != DType::F32
+    {
         return C::float_zeros(shape, device, dtype);
     }
     let zeros = filled(n, |out| {

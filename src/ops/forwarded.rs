@@ -363,7 +363,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         let _timer = crate::profile::CpuOpTimer::start_with("float_slice", || {
             vec![describe_operand(&tensor)]
         });
-        <C as FloatTensorOps<C>>::float_slice(tensor, slices)
+        slice::float_slice::<C>(tensor, slices)
     }
     fn float_slice_assign(
         tensor: FloatTensor<Self>,

@@ -84,7 +84,7 @@ pub(crate) fn float_from_data<C: Backend>(
     device: &C::Device,
 ) -> FloatTensor<C> {
     let owned = matches!(data.dtype, DType::F32 | DType::F64);
-    if owned && TypeId::of::<FloatTensor<C>>() == TypeId::of::<NdArrayTensor>() {
+    if owned && is_ndarray::<C>() {
         let layout = Layout::contiguous(data.shape);
         return flex_into_primitive(FlexTensor::new(data.bytes, layout, data.dtype));
     }
@@ -95,6 +95,11 @@ pub(crate) fn float_from_data<C: Backend>(
 /// (where the conformance suite holds it to burn-ndarray's bits) check this, not [`into_flex`].
 pub(crate) fn is_flex<C: Backend>() -> bool {
     TypeId::of::<C>() == TypeId::of::<burn_flex::Flex>()
+}
+
+/// Whether `C`'s float tensor is burn-ndarray's (the bridge hands its arrays to burn-flex code).
+pub(crate) fn is_ndarray<C: Backend>() -> bool {
+    TypeId::of::<FloatTensor<C>>() == TypeId::of::<NdArrayTensor>()
 }
 
 /// Whether an op may write into `tensor`'s buffer: nothing else holds it, and it is not a lent
@@ -121,9 +126,37 @@ pub(crate) fn contiguous<C: Backend>(tensor: FloatTensor<C>) -> FloatTensor<C> {
 }
 
 /// `C`'s reshape, with a strided burn-flex view first copied here (burn-flex's reshape copies
-/// every non-contiguous view, through its element walk for most).
+/// every non-contiguous view, through its element walk for most); a dense burn-ndarray array
+/// reshaped without copying its values (burn-ndarray's own reshape copies every array).
 pub(crate) fn float_reshape<C: Backend>(tensor: FloatTensor<C>, shape: Shape) -> FloatTensor<C> {
+    let tensor = match into_ndarray::<C>(tensor) {
+        Ok(array) => match super::ndarray_bridge::reshape_shared(array, &shape) {
+            Ok(reshaped) => return from_ndarray::<C>(reshaped),
+            Err(array) => from_ndarray::<C>(array),
+        },
+        Err(tensor) => tensor,
+    };
     C::float_reshape(contiguous::<C>(tensor), shape)
+}
+
+/// `tensor` as burn-ndarray's tensor when `C` is burn-ndarray; given back unchanged otherwise.
+pub(crate) fn into_ndarray<C: Backend>(
+    tensor: FloatTensor<C>,
+) -> Result<NdArrayTensor, FloatTensor<C>> {
+    let mut slot = Some(tensor);
+    match (&mut slot as &mut dyn Any).downcast_mut::<Option<NdArrayTensor>>() {
+        Some(array) => Ok(array.take().expect("the slot was just filled")),
+        None => Err(slot.expect("the slot is untouched when the cast fails")),
+    }
+}
+
+/// The inverse of [`into_ndarray`]: `C` must be burn-ndarray.
+pub(crate) fn from_ndarray<C: Backend>(tensor: NdArrayTensor) -> FloatTensor<C> {
+    let mut slot = Some(tensor);
+    (&mut slot as &mut dyn Any)
+        .downcast_mut::<Option<FloatTensor<C>>>()
+        .and_then(Option::take)
+        .expect("only called where C's float tensor is burn-ndarray's")
 }
 
 /// A contiguous copy of `tensor` when it is a positive-strided view made of contiguous blocks of

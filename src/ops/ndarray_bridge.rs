@@ -26,8 +26,19 @@ use burn_ndarray::NdArrayTensor;
 use burn_std::{AllocationController, AllocationProperty, Bytes, Shape};
 use core::mem::MaybeUninit;
 use core::ptr::NonNull;
-use ndarray::{ArcArray, IxDyn};
+use ndarray::{ArcArray, ArrayView, Axis, IxDyn, SliceInfoElem};
+use rayon::prelude::*;
 use std::sync::Mutex;
+
+/// Below this many values a copy stays on one thread.
+const PARALLEL_COPY_MIN: usize = 1 << 16;
+
+/// Values per rayon task of a copy at least.
+const COPY_CHUNK: usize = 1 << 14;
+
+/// Leading blocks a strided copy is cut into at least (when the shape has that many), so that
+/// every thread of a 16-core pool gets a few.
+const COPY_BLOCKS: usize = 64;
 
 /// `tensor` as a burn-flex tensor of the same dtype and shape; given back when it is not a
 /// numeric array.
@@ -91,7 +102,9 @@ where
     let array = if array.is_standard_layout() {
         array
     } else {
-        array.as_standard_layout().into_owned().into_shared()
+        let shape = array.raw_dim();
+        ArcArray::from_shape_vec(shape, dense_values(array.view()))
+            .expect("the values fill the shape")
     };
     let shape = Shape::from(array.shape().to_vec());
     let len = array.len();
@@ -130,11 +143,15 @@ fn flex_into_array<E: burn_backend::Element + bytemuck::Pod>(
     let values: Vec<E> = if whole {
         match tensor.into_data().bytes.try_into_vec::<E>() {
             Ok(values) => values,
-            Err(bytes) => bytemuck::pod_collect_to_vec(&bytes),
+            // A read-back buffer (pinned memory) or another allocation: copied across threads.
+            Err(bytes) => match bytemuck::try_cast_slice::<u8, E>(&bytes) {
+                Ok(values) => copied(values),
+                Err(_) => bytemuck::pod_collect_to_vec(&bytes),
+            },
         }
     } else {
         match tensor.layout().contiguous_offsets() {
-            Some((start, end)) => tensor.storage::<E>()[start..end].to_vec(),
+            Some((start, end)) => copied(&tensor.storage::<E>()[start..end]),
             None => {
                 let dense = tensor.to_contiguous();
                 let (start, end) = dense
@@ -271,12 +288,13 @@ impl<E: bytemuck::Pod + Send + Sync> AllocationController for Lent<E> {
     unsafe fn memory_mut(&mut self) -> &mut [MaybeUninit<u8>] {
         if let Lent::Shared(array) = self {
             return_lent(array);
-            let copy = array
-                .as_slice_memory_order()
-                .expect("only standard-layout arrays are lent")
-                .to_vec()
-                .into_boxed_slice()
-                .into_vec();
+            let copy = copied(
+                array
+                    .as_slice_memory_order()
+                    .expect("only standard-layout arrays are lent"),
+            )
+            .into_boxed_slice()
+            .into_vec();
             *self = Lent::Copied(copy);
         }
         let Lent::Copied(values) = self else {
@@ -321,5 +339,149 @@ impl<E> Drop for Lent<E> {
         if let Lent::Shared(array) = self {
             return_lent(array);
         }
+    }
+}
+
+/// `values` in a new `Vec`, copied across rayon's threads when there are many: a single-threaded
+/// copy of a 2 MB read-back result took about 0.3 ms on the H200's host, a memory-bound pass
+/// that more threads share.
+pub(crate) fn copied<E: Copy + Send + Sync>(values: &[E]) -> Vec<E> {
+    if values.len() < PARALLEL_COPY_MIN {
+        return values.to_vec();
+    }
+    super::elementwise::filled(values.len(), |out| {
+        out.par_chunks_mut(COPY_CHUNK)
+            .zip(values.par_chunks(COPY_CHUNK))
+            .for_each(|(out, values)| {
+                for (o, &v) in out.iter_mut().zip(values) {
+                    o.write(v);
+                }
+            })
+    })
+}
+
+/// The values of `view` in standard (row-major) order, copied across rayon's threads when there
+/// are many: a task per block of the leading dims, each walking its block's strides.
+pub(crate) fn dense_values<E: Copy + Send + Sync>(view: ArrayView<'_, E, IxDyn>) -> Vec<E> {
+    if let Some(values) = view.as_slice() {
+        return copied(values);
+    }
+    let n = view.len();
+    if n < PARALLEL_COPY_MIN || view.ndim() < 2 {
+        return view.iter().copied().collect();
+    }
+    let shape = view.shape().to_vec();
+    let (mut lead, mut blocks) = (0, 1);
+    while lead + 1 < shape.len() && blocks < COPY_BLOCKS {
+        blocks *= shape[lead];
+        lead += 1;
+    }
+    let block = n / blocks;
+    super::elementwise::filled(n, |out| {
+        out.par_chunks_mut(block)
+            .with_min_len(COPY_CHUNK.div_ceil(block))
+            .enumerate()
+            .for_each(|(index, out)| {
+                // The block's view: `index` spelled out over the leading dims.
+                let mut sub = view.view();
+                let mut rest = index;
+                let mut at = vec![0; lead];
+                for d in (0..lead).rev() {
+                    at[d] = rest % shape[d];
+                    rest /= shape[d];
+                }
+                for i in at {
+                    sub = sub.index_axis_move(Axis(0), i);
+                }
+                for (o, &v) in out.iter_mut().zip(sub.iter()) {
+                    o.write(v);
+                }
+            })
+    })
+}
+
+/// burn-ndarray's `float_slice` of a large f32 array, its values copied across threads; the
+/// tensor back when it is not one or a slice steps backwards. The slice bounds go to ndarray as
+/// burn-ndarray hands them over (an empty range as `0..0`), so the region and its values are
+/// burn-ndarray's; burn-ndarray copies the region on one thread (0.35–0.45 ms a call for ResNet's
+/// shortcut slices at batch 32 on the H200, 2026-12-06).
+pub(crate) fn slice_f32(
+    tensor: NdArrayTensor,
+    slices: &[burn_backend::Slice],
+) -> Result<NdArrayTensor, NdArrayTensor> {
+    let NdArrayTensor::F32(storage) = &tensor else {
+        return Err(tensor);
+    };
+    if slices.len() > storage.view().ndim() || slices.iter().any(|s| s.step <= 0) {
+        return Err(tensor);
+    }
+    let view = storage.view();
+    let info: Vec<SliceInfoElem> = (0..view.ndim())
+        .map(|i| match slices.get(i) {
+            Some(s) if s.end == Some(s.start) => SliceInfoElem::Slice {
+                start: 0,
+                end: Some(0),
+                step: 1,
+            },
+            Some(s) => SliceInfoElem::Slice {
+                start: s.start,
+                end: s.end,
+                step: s.step,
+            },
+            None => SliceInfoElem::Slice {
+                start: 0,
+                end: None,
+                step: 1,
+            },
+        })
+        .collect();
+    let region = view.slice(info.as_slice());
+    if region.len() < PARALLEL_COPY_MIN {
+        return Err(tensor);
+    }
+    let shape = region.raw_dim();
+    let values = dense_values(region);
+    let array = ArcArray::from_shape_vec(shape, values).expect("the values fill the shape");
+    Ok(NdArrayTensor::from(array))
+}
+
+/// A float array reshaped without copying its values when it is in standard layout (the new
+/// array shares the old one's buffer; burn-ndarray's copy on write keeps both unchanged by later
+/// writes); the tensor back otherwise. burn-ndarray's own reshape copies every array (it goes
+/// through a borrowed view).
+pub(crate) fn reshape_shared(
+    tensor: NdArrayTensor,
+    shape: &Shape,
+) -> Result<NdArrayTensor, NdArrayTensor> {
+    macro_rules! reshaped {
+        ($storage:expr) => {{
+            // An owned array comes out as it is; a borrowed one (read from a file) is copied
+            // once, as burn-ndarray's reshape would.
+            let array = $storage.into_shared();
+            if array.is_standard_layout() {
+                let array = array
+                    .into_shape_with_order(IxDyn(shape.as_slice()))
+                    .expect("a reshape keeps the number of values");
+                Ok(NdArrayTensor::from(array))
+            } else {
+                Err(NdArrayTensor::from(array))
+            }
+        }};
+    }
+    if tensor_len(&tensor) != Some(shape.num_elements()) {
+        return Err(tensor);
+    }
+    match tensor {
+        NdArrayTensor::F32(s) => reshaped!(s),
+        NdArrayTensor::F64(s) => reshaped!(s),
+        other => Err(other),
+    }
+}
+
+fn tensor_len(tensor: &NdArrayTensor) -> Option<usize> {
+    match tensor {
+        NdArrayTensor::F32(s) => Some(s.view().len()),
+        NdArrayTensor::F64(s) => Some(s.view().len()),
+        _ => None,
     }
 }

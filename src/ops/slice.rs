@@ -1,4 +1,5 @@
-//! Slice assignment into burn-flex f32 tensors, across rayon's threads.
+//! Slice assignment into burn-flex f32 tensors, across rayon's threads (and burn-ndarray's slices
+//! copied across them, see [`float_slice`]).
 //!
 //! The backward of a strided slice writes the gradient into zeros at every `step`-th position
 //! (ResNet's option-A shortcut keeps every second pixel); burn-flex does that on one thread,
@@ -8,13 +9,27 @@
 //! work, a task per block of it, and the other coordinates advance incrementally. Values are
 //! copied, so the result is burn-flex's exactly; its rules for the slice bounds are kept.
 
-use super::layout::{from_flex, into_flex};
+use super::layout::{from_flex, from_ndarray, into_flex, into_ndarray};
+use super::ndarray_bridge;
 use burn_backend::Backend;
 use burn_backend::DType;
 use burn_backend::tensor::FloatTensor;
 use burn_flex::FlexTensor;
 use burn_std::Slice;
 use rayon::prelude::*;
+
+/// `C`'s `float_slice`, its values copied across threads when `C` is burn-ndarray and the
+/// region is a large f32 one (burn-ndarray copies it on one thread). burn-flex slices as a view,
+/// which the ops that read it copy (on their threads, see `fill` and `layout`): left as it is.
+pub(crate) fn float_slice<C: Backend>(tensor: FloatTensor<C>, slices: &[Slice]) -> FloatTensor<C> {
+    match into_ndarray::<C>(tensor) {
+        Ok(array) => match ndarray_bridge::slice_f32(array, slices) {
+            Ok(region) => from_ndarray::<C>(region),
+            Err(array) => C::float_slice(from_ndarray::<C>(array), slices),
+        },
+        Err(tensor) => C::float_slice(tensor, slices),
+    }
+}
 
 /// `C`'s `float_slice_assign`, done here when `C` is burn-flex and the case is covered
 /// ([`plan`]).
