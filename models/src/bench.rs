@@ -33,6 +33,8 @@ pub enum BenchBackend {
     HeteroForward,
     /// burn-hetero with the default placement: every conv phase on the accelerator.
     Hetero,
+    /// The same with burn-ndarray as the CPU backend (`HeteroCuda`; CUDA only).
+    HeteroNdarray,
     /// Everything on the accelerator (f32).
     Gpu,
 }
@@ -45,6 +47,7 @@ impl BenchBackend {
             BenchBackend::HeteroCpu => "hetero-cpu",
             BenchBackend::HeteroForward => "hetero-forward",
             BenchBackend::Hetero => "hetero",
+            BenchBackend::HeteroNdarray => "hetero-ndarray",
             BenchBackend::Gpu => "gpu",
         }
     }
@@ -194,6 +197,7 @@ fn cell_args(args: &BenchArgs, model: ModelName, batch: usize, backend: BenchBac
         BenchBackend::HeteroCpu | BenchBackend::HeteroForward | BenchBackend::Hetero => {
             (BackendName::Hetero, CpuName::Flex)
         }
+        BenchBackend::HeteroNdarray => (BackendName::Hetero, CpuName::Ndarray),
         BenchBackend::Gpu => (BackendName::Gpu, CpuName::Flex),
     };
     match backend {

@@ -196,8 +196,9 @@ pub struct TrainArgs {
     /// Where the model runs.
     #[arg(long, value_enum, default_value_t = BackendName::Hetero)]
     pub backend: BackendName,
-    /// The CPU backend of --backend cpu [default: flex, whose conv gradients are ~30× faster
-    /// than ndarray's]; --backend hetero always runs on burn-flex.
+    /// The CPU backend of --backend cpu and hetero [default: flex, whose conv gradients are
+    /// ~30× faster than ndarray's]; --backend hetero with ndarray (`HeteroCuda`) runs on CUDA
+    /// only.
     #[arg(long, value_enum, default_value_t = CpuName::Flex)]
     pub cpu: CpuName,
     /// Train only this many steps per epoch (quick checks, benchmarks).
@@ -291,7 +292,9 @@ where
         Command::Bench(args) => args.backends.iter().any(|b| {
             matches!(
                 b,
-                crate::bench::BenchBackend::Hetero | crate::bench::BenchBackend::HeteroForward
+                crate::bench::BenchBackend::Hetero
+                    | crate::bench::BenchBackend::HeteroForward
+                    | crate::bench::BenchBackend::HeteroNdarray
             )
         }),
     };
@@ -506,9 +509,43 @@ fn train_with(
             let backend = format!("cpu ({})", NdArray::name(&Default::default()));
             run_on::<Autodiff<NdArray>>(context, backend, Default::default())
         }
-        // Hetero's CPU side is burn-flex: one CPU backend per accelerator keeps the program's
-        // build time in check (each backend compiles the whole training loop).
+        (BackendName::Hetero, CpuName::Ndarray) => run_hetero_ndarray(args, config, context),
+        // Hetero's CPU side is burn-flex otherwise: one CPU backend per accelerator keeps the
+        // program's build time in check (each backend compiles the whole training loop).
         _ => select_backend::<burn_flex::Flex>(args, config, context),
+    }
+}
+
+/// `--backend hetero --cpu ndarray`: `Hetero<NdArray, Cuda>` (`HeteroCuda`, the library's
+/// default type), on CUDA only: with burn-ndarray as the CPU backend, each accelerator would
+/// compile the whole training loop once more.
+fn run_hetero_ndarray(
+    args: &TrainArgs,
+    config: HeteroConfig,
+    context: Context<'_>,
+) -> Result<Outcome, CliError> {
+    #[cfg(feature = "cuda")]
+    {
+        if args.accel == AccelName::Vulkan {
+            return Err(CliError::Usage(
+                "--cpu ndarray with --backend hetero runs on CUDA only; use --cpu flex for Vulkan"
+                    .into(),
+            ));
+        }
+        match probe::<burn_hetero::CudaAccelerator>(Default::default()) {
+            Ok((device, name)) => run_cuda::<NdArray>(args, config, context, device, name),
+            Err(reason) => Err(CliError::Accelerator(format!(
+                "--cpu ndarray with --backend hetero needs a CUDA device ({reason}); use --cpu \
+                 flex for Vulkan or the CPU alone"
+            ))),
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (args, config, context);
+        Err(CliError::Usage(
+            "--cpu ndarray with --backend hetero needs a build with CUDA (feature cuda)".into(),
+        ))
     }
 }
 

@@ -229,6 +229,25 @@ fn bad_flags_and_missing_data_are_clear_errors() {
         Err(RunError::Flags(e)) => assert!(e.to_string().contains("--resume"), "{e}"),
         other => panic!("--evaluate without --resume accepted: {other:?}"),
     }
+    // Hetero on burn-ndarray runs on CUDA only: asked for Vulkan, or with no CUDA device (as
+    // on the CI machines), it says so rather than training elsewhere.
+    let err = failure(&["mnist", "--cpu", "ndarray", "--accel", "vulkan"]);
+    assert!(
+        matches!(&err, CliError::Usage(m) if m.contains("CUDA only")),
+        "{err}"
+    );
+    match hetero(&["mnist", "--cpu", "ndarray", "--steps-per-epoch", "1"]) {
+        Err(RunError::Failed(e)) => assert!(
+            matches!(&*e, CliError::Accelerator(m) if m.contains("CUDA")),
+            "{e}"
+        ),
+        Ok(outcome) => assert!(
+            outcome.backend.contains("ndarray") && outcome.backend.contains("CUDA"),
+            "{}",
+            outcome.backend
+        ),
+        Err(RunError::Flags(e)) => panic!("--cpu ndarray refused as a flag: {e}"),
+    }
     let err = failure(&["mnist", "--dataset", "cifar10"]);
     assert!(err.to_string().contains("--data-dir"), "{err}");
     let dir = tempfile::tempdir().unwrap();
