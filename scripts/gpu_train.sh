@@ -13,6 +13,7 @@
 #   bench    PyTorch's step times (torch_baselines.py), then `hetero bench` with them beside ours
 #   mnist    the MNIST net, 14 epochs, --backend cpu then --backend hetero (same seed)
 #   profile  --profile runs of the MNIST net (b=64) and ResNet20 (b=32) on the hetero backend
+#            (PROFILE_RUNS "model:batch ...", PROFILE_CPUS "flex ndarray" pick them)
 #   fashion  ResNet20 on Fashion-MNIST until the call's time runs out, a checkpoint per epoch
 #            under $OUT/ckpt; resumes from carry/resume.ckpt when there is one
 # Settings: MNIST_BACKENDS (default "cpu hetero") picks the mnist stage's runs; FASHION_BACKEND
@@ -74,14 +75,18 @@ for stage in "$@"; do
         done
         ;;
     profile)
-        # A profiled hetero run of each model (the first step, which compiles, is left out).
-        for run in "mnist 64" "resnet20 32"; do
-            set -- $run
-            timeout "${PROFILE_TIMEOUT:-150}" "$bin" train "$1" --backend hetero --accel cuda \
-                --epochs 1 --steps-per-epoch 12 --batch-size "$2" --test-batch-size "$2" --quiet --profile \
-                --profile-chart "$out/profile-$1.svg" > "$out/profile-$1.txt" 2>&1
-            echo "profile $1: rc $?"
-            grep -E "^done|^profile" "$out/profile-$1.txt"
+        # A profiled hetero run of each model (the first step, which compiles, is left out), on
+        # each CPU backend of PROFILE_CPUS (default "flex").
+        for cpu in ${PROFILE_CPUS:-flex}; do
+            for run in ${PROFILE_RUNS:-mnist:64 resnet20:32}; do
+                model="${run%%:*}" batch="${run##*:}" name="${run%%:*}-${run##*:}-$cpu"
+                timeout "${PROFILE_TIMEOUT:-150}" "$bin" train "$model" --backend hetero \
+                    --cpu "$cpu" --accel cuda --epochs 1 --steps-per-epoch 12 \
+                    --batch-size "$batch" --test-batch-size "$batch" --quiet --profile \
+                    --profile-chart "$out/profile-$name.svg" > "$out/profile-$name.txt" 2>&1
+                echo "profile $name: rc $?"
+                grep -E "^done|^profile" "$out/profile-$name.txt"
+            done
         done
         ;;
     fashion)
