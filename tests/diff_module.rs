@@ -1564,16 +1564,15 @@ fn transactions() {
 }
 
 /// The linear layers of `Hetero<Flex, _>` (threaded blocks of `gemm` calls,
-/// `src/ops/matmul.rs`) against an f64 reference: forward with and without bias, the input and
-/// weight gradients, on inputs of rank 2 to 4, with products split along rows and along
-/// columns into uneven blocks (a pool of 7 threads), a weight that is a transposed view, and
-/// empty batches. Relative L2 error ≤ 1e-5 (f32 sums in another order).
-pub fn flex_linear_matches_f64() {
-    use crate::common::{HeteroFlex, rel_l2};
+/// `src/ops/matmul.rs`), or of `Hetero<NdArray, _>` (its large products go to the same blocks),
+/// against an f64 reference: forward with and without bias, the input and weight gradients, on
+/// inputs of rank 2 to 4, with products split along rows and along columns into uneven blocks (a
+/// pool of 7 threads), a weight that is a transposed view, and empty batches. Relative L2 error
+/// ≤ 1e-5 (f32 sums in another order).
+pub fn linear_matches_f64<HF: burn::tensor::backend::Backend>() {
+    use crate::common::rel_l2;
     use burn::tensor::Shape;
-    use burn::tensor::ops::{FloatTensorOps, ModuleOps};
-    type HF = HeteroFlex;
-    let mut rng = rng_for("flex linear");
+    let mut rng = rng_for(&format!("linear {}", core::any::type_name::<HF>()));
     let dev = Default::default();
     /// `a [m, k] · b [k, n]` in f64, row-major values.
     fn reference(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
@@ -1593,7 +1592,7 @@ pub fn flex_linear_matches_f64() {
             .map(|i| a[(i % rows) * cols + i / rows])
             .collect()
     }
-    fn values<const D: usize>(t: Tensor<HF, D>) -> Vec<f32> {
+    fn values<B: burn::tensor::backend::Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
         t.into_data().convert::<f32>().into_vec().unwrap()
     }
     let check = |case: &str, got: Vec<f32>, want: &[f64]| {
@@ -1647,14 +1646,14 @@ pub fn flex_linear_matches_f64() {
                 g_shape,
                 "{case}"
             );
-            check(&format!("{case} forward, bias"), flat(out), &with_bias);
+            check(&format!("{case} forward, bias"), flat::<HF>(out), &with_bias);
             let out = HF::linear(tensor(&x, &x_shape), tensor(&w, &[d_in, d_out]), None);
-            check(&format!("{case} forward"), flat(out), &xw);
+            check(&format!("{case} forward"), flat::<HF>(out), &xw);
             // The weight as the transpose of a [d_out, d_in] tensor: a strided view.
             let w_view =
                 HF::float_swap_dims(tensor(&transposed(&w, d_in, d_out), &[d_out, d_in]), 0, 1);
             let out = HF::linear(tensor(&x, &x_shape), w_view, None);
-            check(&format!("{case} forward, weight view"), flat(out), &xw);
+            check(&format!("{case} forward, weight view"), flat::<HF>(out), &xw);
             let dx = HF::linear_x_backward(tensor(&w, &[d_in, d_out]), tensor(&g, &g_shape));
             assert_eq!(
                 burn::tensor::TensorMetadata::shape(&dx).to_vec(),
@@ -1662,15 +1661,15 @@ pub fn flex_linear_matches_f64() {
                 "{case}"
             );
             let want = reference(&g, &transposed(&w, d_in, d_out), rows, d_out, d_in);
-            check(&format!("{case} input gradient"), flat(dx), &want);
+            check(&format!("{case} input gradient"), flat::<HF>(dx), &want);
             let dw = HF::linear_weight_backward(tensor(&x, &x_shape), tensor(&g, &g_shape));
             let want = reference(&transposed(&x, rows, d_in), &g, d_in, rows, d_out);
-            check(&format!("{case} weight gradient"), flat(dw), &want);
+            check(&format!("{case} weight gradient"), flat::<HF>(dw), &want);
         }
     });
-    fn flat(t: FloatTensor<HF>) -> Vec<f32> {
+    fn flat<B: burn::tensor::backend::Backend>(t: FloatTensor<B>) -> Vec<f32> {
         let n = burn::tensor::TensorMetadata::shape(&t).num_elements();
-        let t = HF::float_reshape(t, Shape::new([n]));
-        values(Tensor::<HF, 1>::from_primitive(TensorPrimitive::Float(t)))
+        let t = B::float_reshape(t, Shape::new([n]));
+        values(Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t)))
     }
 }

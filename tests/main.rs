@@ -42,7 +42,15 @@ mod differential {
     /// The threaded linear layers of `Hetero<Flex, _>` against an f64 reference.
     #[test]
     fn flex_linear_layers() {
-        crate::diff_module::flex_linear_matches_f64();
+        crate::diff_module::linear_matches_f64::<crate::common::HeteroFlex>();
+    }
+
+    /// The linear layers of `Hetero<NdArray, _>` (large products threaded through the bridge,
+    /// small ones burn-ndarray's) against the same reference.
+    #[test]
+    fn ndarray_linear_layers() {
+        let _s = settings(HeteroConfig::cpu_only());
+        crate::diff_module::linear_matches_f64::<crate::common::H>();
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! full reduction of its block with no synchronisation; operands are read through their
 //! strides (a transposed weight or input is not copied). Each output is the same `k`-long
 //! reduction as one `gemm` call computes, but `gemm`'s blocking depends on the block's size,
-//! so results may differ from burn-flex's in the last bits (tests compare within 1e-5).
+//! so results may differ from burn-flex's in the last bits (tests compare within 1e-5). On
+//! burn-ndarray the large products come here too, through the bridge.
 
 use super::layout::{flex_into_primitive, primitive_into_flex};
 use burn_backend::tensor::FloatTensor;
@@ -21,6 +22,10 @@ use rayon::prelude::*;
 /// Multiply-adds per task at least: below this a block's `gemm` call costs less than handing
 /// it to another thread.
 const MIN_TASK_MACS: usize = 1 << 19;
+
+/// Multiply-adds from which a product on burn-ndarray is run here (the MNIST net's
+/// `[64, 500] · [500, 10]` classifier has 320 000).
+const NDARRAY_MIN_MACS: usize = 1 << 18;
 
 /// Rows or columns of a block are a multiple of this (`gemm`'s register tiles).
 const BLOCK_ALIGN: usize = 16;
@@ -173,14 +178,14 @@ fn flex_product<C: Backend>(
     rhs: FloatTensor<C>,
     bias: Option<FloatTensor<C>>,
 ) -> Result<FloatTensor<C>, (FloatTensor<C>, FloatTensor<C>, Option<FloatTensor<C>>)> {
-    if !super::layout::is_flex::<C>() {
+    if !(super::layout::is_flex::<C>() || large_on_ndarray::<C>(&lhs, &rhs)) {
         return Err((lhs, rhs, bias));
     }
     let into = |t: FloatTensor<C>| primitive_into_flex::<FloatTensor<C>>(t).ok();
     let (lhs, rhs, bias) = (
-        into(lhs).expect("C is burn-flex"),
-        into(rhs).expect("C is burn-flex"),
-        bias.map(|b| into(b).expect("C is burn-flex")),
+        into(lhs).expect("C is burn-flex or burn-ndarray"),
+        into(rhs).expect("C is burn-flex or burn-ndarray"),
+        bias.map(|b| into(b).expect("C is burn-flex or burn-ndarray")),
     );
     let bias_values = bias.as_ref().map(|b| {
         let layout = b.layout();
@@ -212,6 +217,21 @@ fn flex_product<C: Backend>(
     }
 }
 
+/// Whether `C` is burn-ndarray and the product is a large f32 one, which goes to the threaded
+/// blocks here through the bridge. burn-ndarray runs a 2D product as one `matrixmultiply` call;
+/// small ones (a ResNet's classifier) stay its own, bit for bit. Empty ones come here too:
+/// burn-ndarray's divides by the matrix size and panics on them (an empty batch).
+fn large_on_ndarray<C: Backend>(lhs: &FloatTensor<C>, rhs: &FloatTensor<C>) -> bool {
+    use burn_backend::TensorMetadata;
+    let (l, r) = (lhs.shape(), rhs.shape());
+    super::layout::is_ndarray::<C>()
+        && lhs.dtype() == DType::F32
+        && rhs.dtype() == DType::F32
+        && l.num_dims() == 2
+        && r.num_dims() == 2
+        && matches!(l[0] * l[1] * r[1], 0 | NDARRAY_MIN_MACS..)
+}
+
 /// `x` as a matrix: every leading dimension folded into the rows.
 pub(crate) fn as_matrix<C: Backend>(x: FloatTensor<C>) -> FloatTensor<C> {
     let shape = burn_backend::TensorMetadata::shape(&x);
@@ -220,7 +240,8 @@ pub(crate) fn as_matrix<C: Backend>(x: FloatTensor<C>) -> FloatTensor<C> {
     super::layout::float_reshape::<C>(x, Shape::new([rows, cols]))
 }
 
-/// `C`'s `linear` on the CPU: `[..., d_in] · [d_in, d_out] (+ bias)`, threaded for burn-flex.
+/// `C`'s `linear` on the CPU: `[..., d_in] · [d_in, d_out] (+ bias)`, threaded for burn-flex and
+/// large products on burn-ndarray.
 pub(crate) fn linear<C: Backend>(
     x: FloatTensor<C>,
     weight: FloatTensor<C>,
@@ -231,12 +252,15 @@ pub(crate) fn linear<C: Backend>(
     let last = out_shape.num_dims() - 1;
     out_shape[last] = burn_backend::TensorMetadata::shape(&weight)[1];
     match flex_product::<C>(as_matrix::<C>(x), weight, bias) {
-        Ok(out) => C::float_reshape(out, out_shape),
-        Err((x, weight, bias)) => C::linear(C::float_reshape(x, x_shape), weight, bias),
+        Ok(out) => super::layout::float_reshape::<C>(out, out_shape),
+        Err((x, weight, bias)) => {
+            C::linear(super::layout::float_reshape::<C>(x, x_shape), weight, bias)
+        }
     }
 }
 
-/// `C`'s `linear_x_backward` on the CPU: `output_grad · weightᵀ`, threaded for burn-flex.
+/// `C`'s `linear_x_backward` on the CPU: `output_grad · weightᵀ`, threaded for burn-flex and
+/// large products on burn-ndarray.
 pub(crate) fn linear_x_backward<C: Backend>(
     weight: FloatTensor<C>,
     output_grad: FloatTensor<C>,
@@ -250,16 +274,16 @@ pub(crate) fn linear_x_backward<C: Backend>(
         C::float_swap_dims(weight, 0, 1),
         None,
     ) {
-        Ok(grad) => C::float_reshape(grad, x_shape),
+        Ok(grad) => super::layout::float_reshape::<C>(grad, x_shape),
         Err((output_grad, weight_t, _)) => C::linear_x_backward(
             C::float_swap_dims(weight_t, 0, 1),
-            C::float_reshape(output_grad, grad_shape),
+            super::layout::float_reshape::<C>(output_grad, grad_shape),
         ),
     }
 }
 
 /// `C`'s `linear_weight_backward` on the CPU: `xᵀ · output_grad` over all rows, threaded for
-/// burn-flex.
+/// burn-flex and large products on burn-ndarray.
 pub(crate) fn linear_weight_backward<C: Backend>(
     x: FloatTensor<C>,
     output_grad: FloatTensor<C>,
@@ -275,8 +299,8 @@ pub(crate) fn linear_weight_backward<C: Backend>(
     ) {
         Ok(grad) => grad,
         Err((x_t, output_grad, _)) => C::linear_weight_backward(
-            C::float_reshape(C::float_swap_dims(x_t, 0, 1), x_shape),
-            C::float_reshape(output_grad, grad_shape),
+            super::layout::float_reshape::<C>(C::float_swap_dims(x_t, 0, 1), x_shape),
+            super::layout::float_reshape::<C>(output_grad, grad_shape),
         ),
     }
 }

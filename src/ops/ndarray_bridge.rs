@@ -26,7 +26,7 @@ use burn_ndarray::NdArrayTensor;
 use burn_std::{AllocationController, AllocationProperty, Bytes, Shape};
 use core::mem::MaybeUninit;
 use core::ptr::NonNull;
-use ndarray::{ArcArray, ArrayView, Axis, IxDyn, SliceInfoElem};
+use ndarray::{ArcArray, ArrayView, IxDyn, SliceInfoElem};
 use rayon::prelude::*;
 use std::sync::Mutex;
 
@@ -361,43 +361,104 @@ pub(crate) fn copied<E: Copy + Send + Sync>(values: &[E]) -> Vec<E> {
 }
 
 /// The values of `view` in standard (row-major) order, copied across rayon's threads when there
-/// are many: a task per block of the leading dims, each walking its block's strides.
+/// are many: a task per block of the leading dims, each walking its block's strides with loops
+/// of its own (ndarray's iterator over a dynamic-rank strided view costs tens of nanoseconds a
+/// value: 1.4 ms for ResNet's every-second-pixel slice at batch 128 on 16 cores).
 pub(crate) fn dense_values<E: Copy + Send + Sync>(view: ArrayView<'_, E, IxDyn>) -> Vec<E> {
     if let Some(values) = view.as_slice() {
         return copied(values);
     }
     let n = view.len();
-    if n < PARALLEL_COPY_MIN || view.ndim() < 2 {
-        return view.iter().copied().collect();
+    if n == 0 {
+        return Vec::new();
     }
     let shape = view.shape().to_vec();
+    let strides = view.strides().to_vec();
     let (mut lead, mut blocks) = (0, 1);
-    while lead + 1 < shape.len() && blocks < COPY_BLOCKS {
-        blocks *= shape[lead];
-        lead += 1;
+    if n >= PARALLEL_COPY_MIN {
+        while lead + 1 < shape.len() && blocks < COPY_BLOCKS {
+            blocks *= shape[lead];
+            lead += 1;
+        }
     }
     let block = n / blocks;
+    let base = SendPtr(view.as_ptr());
     super::elementwise::filled(n, |out| {
-        out.par_chunks_mut(block)
-            .with_min_len(COPY_CHUNK.div_ceil(block))
-            .enumerate()
-            .for_each(|(index, out)| {
-                // The block's view: `index` spelled out over the leading dims.
-                let mut sub = view.view();
-                let mut rest = index;
-                let mut at = vec![0; lead];
-                for d in (0..lead).rev() {
-                    at[d] = rest % shape[d];
-                    rest /= shape[d];
-                }
-                for i in at {
-                    sub = sub.index_axis_move(Axis(0), i);
-                }
-                for (o, &v) in out.iter_mut().zip(sub.iter()) {
-                    o.write(v);
-                }
-            })
+        let run = |(index, out): (usize, &mut [MaybeUninit<E>])| {
+            // The block's first value: `index` spelled out over the leading dims.
+            let (mut rest, mut offset) = (index, 0isize);
+            for d in (0..lead).rev() {
+                offset += (rest % shape[d]) as isize * strides[d];
+                rest /= shape[d];
+            }
+            // SAFETY: `offset` and every offset `gather` adds stay inside the view (indices
+            // below its shape times its strides), whose values live as long as `view`.
+            unsafe {
+                gather(
+                    base.get().offset(offset),
+                    &shape[lead..],
+                    &strides[lead..],
+                    out,
+                )
+            };
+        };
+        if blocks == 1 {
+            run((0, out));
+        } else {
+            out.par_chunks_mut(block)
+                .with_min_len(COPY_CHUNK.div_ceil(block))
+                .enumerate()
+                .for_each(run);
+        }
     })
+}
+
+/// A view's first value, shared by the tasks that read disjoint blocks of it.
+#[derive(Clone, Copy)]
+struct SendPtr<E>(*const E);
+// SAFETY: the tasks only read through it, while the view it came from is borrowed.
+unsafe impl<E: Sync> Send for SendPtr<E> {}
+unsafe impl<E: Sync> Sync for SendPtr<E> {}
+
+impl<E> SendPtr<E> {
+    /// The address (a method, so that closures capture the whole `Send` wrapper).
+    fn get(self) -> *const E {
+        self.0
+    }
+}
+
+/// Writes the values at `src` + multi-index · `strides` over `shape`, in row-major order, into
+/// `out` (as many slots as `shape` has values).
+///
+/// # Safety
+///
+/// Every such address must be a readable, initialised `E`.
+unsafe fn gather<E: Copy>(
+    src: *const E,
+    shape: &[usize],
+    strides: &[isize],
+    out: &mut [MaybeUninit<E>],
+) {
+    match shape {
+        [] => {
+            // SAFETY: the caller's contract.
+            out[0].write(unsafe { *src });
+        }
+        [len] => {
+            let stride = strides[0];
+            for (i, o) in out[..*len].iter_mut().enumerate() {
+                // SAFETY: index `i` is below the dim's length.
+                o.write(unsafe { *src.offset(i as isize * stride) });
+            }
+        }
+        [len, inner @ ..] => {
+            let size = out.len() / len.max(&1);
+            for (i, o) in out.chunks_mut(size.max(1)).take(*len).enumerate() {
+                // SAFETY: index `i` is below the dim's length; the rest is the caller's contract.
+                unsafe { gather(src.offset(i as isize * strides[0]), inner, &strides[1..], o) };
+            }
+        }
+    }
 }
 
 /// burn-ndarray's `float_slice` of a large f32 array, its values copied across threads; the
