@@ -71,6 +71,7 @@ REWRITTEN = {
     "float_slice": "slice::float_slice",
     "float_slice_assign": "slice::float_slice_assign",
     "float_zeros": "fill::float_zeros",
+    "float_ones": "fill::float_ones",
     "float_cat": "fill::float_cat",
 }
 

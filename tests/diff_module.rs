@@ -1646,14 +1646,22 @@ pub fn linear_matches_f64<HF: burn::tensor::backend::Backend>() {
                 g_shape,
                 "{case}"
             );
-            check(&format!("{case} forward, bias"), flat::<HF>(out), &with_bias);
+            check(
+                &format!("{case} forward, bias"),
+                flat::<HF>(out),
+                &with_bias,
+            );
             let out = HF::linear(tensor(&x, &x_shape), tensor(&w, &[d_in, d_out]), None);
             check(&format!("{case} forward"), flat::<HF>(out), &xw);
             // The weight as the transpose of a [d_out, d_in] tensor: a strided view.
             let w_view =
                 HF::float_swap_dims(tensor(&transposed(&w, d_in, d_out), &[d_out, d_in]), 0, 1);
             let out = HF::linear(tensor(&x, &x_shape), w_view, None);
-            check(&format!("{case} forward, weight view"), flat::<HF>(out), &xw);
+            check(
+                &format!("{case} forward, weight view"),
+                flat::<HF>(out),
+                &xw,
+            );
             let dx = HF::linear_x_backward(tensor(&w, &[d_in, d_out]), tensor(&g, &g_shape));
             assert_eq!(
                 burn::tensor::TensorMetadata::shape(&dx).to_vec(),

@@ -51,7 +51,7 @@ impl<C: Backend, A: Accelerator> FloatTensorOps<Self> for Hetero<C, A> {
         #[cfg(feature = "trace-ops")]
         crate::trace::hit("FloatTensorOps::float_ones");
         let _timer = crate::profile::CpuOpTimer::start("float_ones");
-        <C as FloatTensorOps<C>>::float_ones(shape, device, dtype)
+        fill::float_ones::<C>(shape, device, dtype)
     }
     fn float_full(
         shape: Shape,
