@@ -311,3 +311,35 @@ fn large_binary_ops_are_burn_ndarrays() {
         }
     }
 }
+
+/// Large zeros and ones are written across threads: burn-ndarray's shape, dtype and values, and
+/// an array of their own (a write into one leaves a second one as it was).
+#[test]
+fn large_constants_are_burn_ndarrays() {
+    use burn::tensor::FloatDType;
+    let shape: burn::tensor::Shape = SHAPE.into();
+    for (name, value) in [("zeros", 0.0f32), ("ones", 1.0)] {
+        let make_h = |s: burn::tensor::Shape| match name {
+            "zeros" => H::float_zeros(s, &device(), FloatDType::F32),
+            _ => H::float_ones(s, &device(), FloatDType::F32),
+        };
+        let expected = match name {
+            "zeros" => N::float_zeros(shape.clone(), &device(), FloatDType::F32),
+            _ => N::float_ones(shape.clone(), &device(), FloatDType::F32),
+        };
+        let (a, b) = (make_h(shape.clone()), make_h(shape.clone()));
+        assert_ne!(address(&a), address(&b), "{name}: two calls share a buffer");
+        assert_eq!(burn::tensor::TensorMetadata::shape(&a), shape);
+        let expected = Tensor::<N, 4>::from_primitive(TensorPrimitive::Float(expected))
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        assert!(expected.iter().all(|&v| v == value));
+        let written = H::float_add_scalar(a, 3.0.into());
+        assert!(
+            values_of(written).iter().all(|&v| v == value + 3.0),
+            "{name}"
+        );
+        assert_eq!(values_of(b), expected, "{name}");
+    }
+}
