@@ -517,12 +517,26 @@ fn backward_leaves_a_held_gradient_alone() {
     }
 }
 
-/// A convolution's bias gradient on `Hetero<Flex, _>` (a threaded sum per channel) against the
-/// f64 sum, for planes shorter and longer than a rayon task and an odd plane size.
+/// A convolution's bias gradient on `Hetero<Flex, _>` (a threaded sum per channel) and on
+/// `Hetero<NdArray, _>` (the same sums for large gradients, burn-ndarray's for small ones)
+/// against the f64 sum, for planes shorter and longer than a rayon task and an odd plane size.
 #[test]
 fn conv_bias_gradient_is_the_channel_sum() {
-    use burn::tensor::ops::ModuleOps;
-    for shape in [[3, 5, 7, 9], [64, 20, 8, 8], [2, 50, 1, 1]] {
+    use burn::tensor::TensorPrimitive;
+    use burn::tensor::ops::{FloatTensorOps, ModuleOps};
+    let on_ndarray = |values: &[f32], shape: &[usize]| {
+        let flat =
+            Tensor::<H, 1>::from_data(TensorData::new(values.to_vec(), [values.len()]), &device())
+                .into_primitive()
+                .tensor();
+        H::float_reshape(flat, burn::tensor::Shape::from(shape.to_vec()))
+    };
+    for shape in [
+        [3, 5, 7, 9],
+        [64, 20, 8, 8],
+        [2, 50, 1, 1],
+        [64, 20, 24, 24],
+    ] {
         let inputs = Inputs::new("conv bias grad", &shape, 0.7, 1.0);
         let (batch, channels, len) = inputs.planes();
         let grad = HF::conv2d_bias_backward(
@@ -541,5 +555,19 @@ fn conv_bias_gradient_is_the_channel_sum() {
             .collect();
         let error = rel_l2(&got, &expected);
         assert!(error <= 1e-6, "{shape:?}: relative L2 error {error:.3e}");
+        let grad = H::conv2d_bias_backward(
+            on_ndarray(&inputs.x, &shape),
+            on_ndarray(&inputs.gamma, &[channels]),
+            on_ndarray(&inputs.dy, &shape),
+        );
+        let got = Tensor::<H, 1>::from_primitive(TensorPrimitive::Float(grad))
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        let error = rel_l2(&got, &expected);
+        assert!(
+            error <= 1e-6,
+            "{shape:?} on burn-ndarray: relative L2 error {error:.3e}"
+        );
     }
 }
