@@ -343,3 +343,108 @@ fn large_constants_are_burn_ndarrays() {
         assert_eq!(values_of(b), expected, "{name}");
     }
 }
+
+/// Memory that is not a `Vec` of burn-ndarray's (as an accelerator's read-back is): clones share
+/// it, and a write through it fails the test, since burn-ndarray and the bridge must copy
+/// borrowed memory before writing.
+struct Foreign(std::sync::Arc<Vec<f32>>);
+
+impl burn_std::AllocationController for Foreign {
+    fn alloc_align(&self) -> usize {
+        align_of::<f32>()
+    }
+
+    fn property(&self) -> burn_std::AllocationProperty {
+        burn_std::AllocationProperty::Other
+    }
+
+    unsafe fn memory_mut(&mut self) -> &mut [core::mem::MaybeUninit<u8>] {
+        panic!("borrowed memory was written in place")
+    }
+
+    fn memory(&self) -> &[core::mem::MaybeUninit<u8>] {
+        let (ptr, len) = (self.0.as_ptr(), self.0.len() * size_of::<f32>());
+        // SAFETY: the vector's initialised values, viewed as bytes.
+        unsafe { core::slice::from_raw_parts(ptr.cast(), len) }
+    }
+
+    fn duplicate(&self) -> Option<Box<dyn burn_std::AllocationController>> {
+        Some(Box::new(Foreign(self.0.clone())))
+    }
+}
+
+/// `values` as a tensor borrowing memory of its own (burn-ndarray's borrowed storage).
+fn borrowed(values: &[f32], shape: [usize; 4]) -> FloatTensor<H> {
+    let memory = Foreign(std::sync::Arc::new(values.to_vec()));
+    let len = size_of_val(values);
+    // SAFETY: the controller's memory is `len` initialised bytes.
+    let bytes = unsafe { burn_std::Bytes::from_controller(Box::new(memory), len) };
+    let data = TensorData::from_bytes(bytes, shape, burn::tensor::DType::F32);
+    let t = Tensor::<H, 4>::from_data(data, &device())
+        .into_primitive()
+        .tensor();
+    assert!(
+        matches!(&t, NdArrayTensor::F32(s) if s.is_borrowed()),
+        "burn-ndarray did not borrow the memory"
+    );
+    t
+}
+
+/// A borrowed array (an accelerator's result on `Hetero<NdArray, _>`) goes to the threaded
+/// passes read in place: burn-ndarray's values for a ReLU, a same-shape sum, a declined
+/// broadcast, a reshape, a slice and a slice assignment, and the borrowed memory is never
+/// written (its controller panics on a write) and keeps its values.
+#[test]
+fn a_borrowed_array_is_read_in_place() {
+    let mut rng = rng_for("bridge borrowed");
+    let n: usize = SHAPE.iter().product();
+    let values = random_vec(&mut rng, n, -2.0, 2.0);
+    let other = random_vec(&mut rng, n, -2.0, 2.0);
+    let row = random_vec(&mut rng, SHAPE[3], -2.0, 2.0);
+    let x = borrowed(&values, SHAPE);
+    let nd = |v: &[f32]| Tensor::<N, 4>::from_data(TensorData::new(v.to_vec(), SHAPE), &device());
+    let of_nd = |t: Tensor<N, 4>| t.into_data().to_vec::<f32>().unwrap();
+
+    assert_eq!(values_of(H::relu(x.clone())), relu_of(&values));
+    let sum = H::float_add(x.clone(), primitive(&other, SHAPE));
+    assert_eq!(values_of(sum), of_nd(nd(&values) + nd(&other)));
+    let b = primitive(&row, [1, 1, 1, SHAPE[3]]);
+    let row_nd = Tensor::<N, 4>::from_data(TensorData::new(row, [1, 1, 1, SHAPE[3]]), &device());
+    assert_eq!(
+        values_of(H::float_add(x.clone(), b)),
+        of_nd(nd(&values) + row_nd)
+    );
+
+    let flat = [SHAPE[0] * SHAPE[1], SHAPE[2] * SHAPE[3]];
+    let reshaped = H::float_reshape(x.clone(), flat.into());
+    assert_eq!(burn::tensor::TensorMetadata::shape(&reshaped), flat.into());
+    let reshaped = Tensor::<H, 2>::from_primitive(TensorPrimitive::Float(reshaped));
+    assert_eq!(reshaped.into_data().to_vec::<f32>().unwrap(), values);
+
+    let every_second = Tensor::<H, 4>::from_primitive(TensorPrimitive::Float(x.clone()))
+        .slice([0..SHAPE[0], 0..SHAPE[1], 0..SHAPE[2], 0..SHAPE[3]])
+        .slice_dim(3, burn::tensor::s![..;2]);
+    let expected = nd(&values).slice_dim(3, burn::tensor::s![..;2]);
+    assert_eq!(
+        every_second.into_data().to_vec::<f32>().unwrap(),
+        of_nd(expected)
+    );
+
+    let patch_shape = [2, 8, 32, 32];
+    let patch = random_vec(&mut rng, patch_shape.iter().product(), 3.0, 4.0);
+    let ranges = [0..2, 4..12, 0..32, 0..32];
+    let written = Tensor::<H, 4>::from_primitive(TensorPrimitive::Float(x.clone())).slice_assign(
+        ranges.clone(),
+        Tensor::<H, 4>::from_data(TensorData::new(patch.clone(), patch_shape), &device()),
+    );
+    let expected = nd(&values).slice_assign(
+        ranges,
+        Tensor::<N, 4>::from_data(TensorData::new(patch, patch_shape), &device()),
+    );
+    assert_eq!(
+        written.into_data().to_vec::<f32>().unwrap(),
+        of_nd(expected)
+    );
+
+    assert_eq!(values_of(x), values, "the borrowed memory changed");
+}

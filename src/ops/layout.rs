@@ -36,55 +36,56 @@ pub(crate) fn from_flex<C: Backend>(tensor: FlexTensor) -> FloatTensor<C> {
     flex_into_primitive(tensor)
 }
 
+/// `value` as a `U` when `T` is `U` (a move, checked at run time); given back otherwise. The
+/// backends' tensor types are only known as type parameters here, so their concrete forms are
+/// reached through this.
+fn cast_owned<T: 'static, U: 'static>(value: T) -> Result<U, T> {
+    let mut slot = Some(value);
+    match (&mut slot as &mut dyn Any).downcast_mut::<Option<U>>() {
+        Some(cast) => Ok(cast.take().expect("the slot was just filled")),
+        None => Err(slot.expect("the slot is untouched when the cast fails")),
+    }
+}
+
 /// Any primitive (float, int or bool) as burn-flex's tensor, when it is one or a burn-ndarray
 /// tensor the bridge takes; given back unchanged otherwise.
 pub(crate) fn primitive_into_flex<T: 'static>(tensor: T) -> Result<FlexTensor, T> {
-    let mut slot = Some(tensor);
-    let any = &mut slot as &mut dyn Any;
-    if let Some(flex) = any.downcast_mut::<Option<FlexTensor>>() {
-        return Ok(flex.take().expect("the slot was just filled"));
-    }
-    if let Some(nd) = any.downcast_mut::<Option<NdArrayTensor>>() {
-        let nd = nd.take().expect("the slot was just filled");
-        return ndarray_into_flex(nd).map_err(|nd| {
-            let mut back = Some(nd);
-            (&mut back as &mut dyn Any)
-                .downcast_mut::<Option<T>>()
-                .and_then(Option::take)
-                .expect("T is burn-ndarray's tensor")
-        });
-    }
-    Err(slot.expect("the slot is untouched when the cast fails"))
+    let tensor = match cast_owned::<T, FlexTensor>(tensor) {
+        Ok(flex) => return Ok(flex),
+        Err(tensor) => tensor,
+    };
+    let nd = cast_owned::<T, NdArrayTensor>(tensor)?;
+    ndarray_into_flex(nd)
+        .map_err(|nd| cast_owned(nd).unwrap_or_else(|_| panic!("T is burn-ndarray's tensor")))
 }
 
 /// The inverse of [`primitive_into_flex`]: `T` must be burn-flex's or burn-ndarray's tensor.
 pub(crate) fn flex_into_primitive<T: 'static>(tensor: FlexTensor) -> T {
-    let mut slot = Some(tensor);
-    if let Some(t) = (&mut slot as &mut dyn Any)
-        .downcast_mut::<Option<T>>()
-        .and_then(Option::take)
-    {
-        return t;
-    }
-    let flex = slot.expect("the slot is untouched when the cast fails");
-    let mut nd = Some(flex_into_ndarray(flex));
-    (&mut nd as &mut dyn Any)
-        .downcast_mut::<Option<T>>()
-        .and_then(Option::take)
-        .expect("only called where the primitive is burn-flex's or burn-ndarray's tensor")
+    let flex = match cast_owned::<FlexTensor, T>(tensor) {
+        Ok(t) => return t,
+        Err(flex) => flex,
+    };
+    cast_owned::<NdArrayTensor, T>(flex_into_ndarray(flex)).unwrap_or_else(|_| {
+        panic!("only called where the primitive is burn-flex's or burn-ndarray's tensor")
+    })
 }
 
-/// `data` (an offloaded op's result) as `C`'s float tensor. On burn-ndarray, an array that owns
-/// its values: the data's buffer itself where it is a `Vec` of them, else one copy. Burn-ndarray's
-/// own `from_data` would borrow the buffer, and a borrowed array is copied again by every op
-/// that takes it (burn-ndarray's and the bridge's alike), and cannot be held to recognise it as
-/// the next op's operand (see `held`).
+/// `data` (an offloaded op's result) as `C`'s float tensor. On burn-ndarray: where the data's
+/// buffer is a `Vec` of its values, an array that owns it; else (memory an accelerator's result
+/// was read into) a tensor borrowing that memory without a copy (see
+/// [`read_back`](super::ndarray_bridge::read_back)). `Hetero`'s CPU ops read it in place;
+/// burn-ndarray's own ops copy it before using it, and it is not held to recognise it as a later
+/// conv's operand (see `held`), which in the models here only BN/ReLU outputs are.
 pub(crate) fn float_from_data<C: Backend>(
     data: burn_backend::TensorData,
     device: &C::Device,
 ) -> FloatTensor<C> {
     let owned = matches!(data.dtype, DType::F32 | DType::F64);
     if owned && is_ndarray::<C>() {
+        let data = match super::ndarray_bridge::read_back(data) {
+            Ok(borrowed) => return from_ndarray::<C>(borrowed),
+            Err(data) => data,
+        };
         let layout = Layout::contiguous(data.shape);
         return flex_into_primitive(FlexTensor::new(data.bytes, layout, data.dtype));
     }
@@ -143,20 +144,13 @@ pub(crate) fn float_reshape<C: Backend>(tensor: FloatTensor<C>, shape: Shape) ->
 pub(crate) fn into_ndarray<C: Backend>(
     tensor: FloatTensor<C>,
 ) -> Result<NdArrayTensor, FloatTensor<C>> {
-    let mut slot = Some(tensor);
-    match (&mut slot as &mut dyn Any).downcast_mut::<Option<NdArrayTensor>>() {
-        Some(array) => Ok(array.take().expect("the slot was just filled")),
-        None => Err(slot.expect("the slot is untouched when the cast fails")),
-    }
+    cast_owned(tensor)
 }
 
 /// The inverse of [`into_ndarray`]: `C` must be burn-ndarray.
 pub(crate) fn from_ndarray<C: Backend>(tensor: NdArrayTensor) -> FloatTensor<C> {
-    let mut slot = Some(tensor);
-    (&mut slot as &mut dyn Any)
-        .downcast_mut::<Option<FloatTensor<C>>>()
-        .and_then(Option::take)
-        .expect("only called where C's float tensor is burn-ndarray's")
+    cast_owned::<NdArrayTensor, FloatTensor<C>>(tensor)
+        .unwrap_or_else(|_| panic!("only called where C's float tensor is burn-ndarray's"))
 }
 
 /// A contiguous copy of `tensor` when it is a positive-strided view made of contiguous blocks of
