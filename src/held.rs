@@ -17,6 +17,11 @@
 //!   an array (see [`HeldBuffer::share`]). Burn-ndarray's arrays reach `Hetero`'s code as
 //!   burn-flex buffers lent for one op (`ndarray_bridge`); such a buffer is held as the array
 //!   it was lent from, which outlives the op.
+//! - a burn-ndarray tensor borrowing an accelerator's read-back memory (a conv's result that
+//!   feeds the next conv directly) by a clone of the tensor, compared by view like an array.
+//!   Neither burn-ndarray nor the bridge writes borrowed memory in place, and the memory's
+//!   count of borrowing tensors (`ndarray_bridge::read_back_memory`) says when the clone is the
+//!   last one.
 
 use crate::ops::ndarray_bridge;
 use burn_flex::{FlexTensor, Layout};
@@ -40,6 +45,13 @@ pub(crate) enum HeldBuffer {
         array: Rc<ArcArray<f32, IxDyn>>,
         view: ArrayView,
     },
+    /// `tensor`, the clone that keeps the memory, may be another view of it (shared like an
+    /// array's); `memory` counts the tensors borrowing it.
+    Borrowed {
+        tensor: Rc<NdArrayTensor>,
+        memory: Weak<Bytes>,
+        view: ArrayView,
+    },
 }
 
 /// A view of an array's values: the address of its first value, its shape and strides, and the
@@ -53,7 +65,7 @@ pub(crate) struct ArrayView {
 }
 
 impl ArrayView {
-    fn of(array: &ArcArray<f32, IxDyn>) -> Self {
+    fn of<S: ndarray::Data<Elem = f32>>(array: &ndarray::ArrayBase<S, IxDyn>) -> Self {
         let address = array.as_ptr() as usize;
         let span = array
             .is_standard_layout()
@@ -70,13 +82,32 @@ impl ArrayView {
 impl HeldBuffer {
     /// The buffer of a burn-flex tensor, or the array it was lent from.
     pub(crate) fn of_flex(tensor: &FlexTensor) -> Self {
-        match ndarray_bridge::lent_f32_array(tensor) {
-            Some(array) => Self::array(array),
+        match ndarray_bridge::lent_f32(tensor).and_then(|lent| Self::of_ndarray(&lent)) {
+            Some(held) => held,
             None => HeldBuffer::Flex {
                 buffer: Arc::downgrade(&tensor.data_arc()),
                 layout: tensor.layout().clone(),
             },
         }
+    }
+
+    /// A burn-ndarray f32 array that owns its values, or a tensor borrowing read-back memory;
+    /// None for any other.
+    fn of_ndarray(tensor: &NdArrayTensor) -> Option<Self> {
+        let NdArrayTensor::F32(storage) = tensor else {
+            return None;
+        };
+        if !storage.is_borrowed() {
+            return Some(Self::array(storage.clone().into_shared()));
+        }
+        let view = ArrayView::of(&storage.view());
+        let bytes = storage.view().len() * size_of::<f32>();
+        let memory = ndarray_bridge::read_back_memory(view.address, bytes)?;
+        Some(HeldBuffer::Borrowed {
+            tensor: Rc::new(tensor.clone()),
+            memory,
+            view,
+        })
     }
 
     /// The buffer of a CPU backend's float tensor: a burn-flex tensor, or a burn-ndarray f32
@@ -86,12 +117,7 @@ impl HeldBuffer {
         if let Some(flex) = tensor.downcast_ref::<FlexTensor>() {
             return Some(Self::of_flex(flex));
         }
-        match tensor.downcast_ref::<NdArrayTensor>()? {
-            NdArrayTensor::F32(storage) if !storage.is_borrowed() => {
-                Some(Self::array(storage.clone().into_shared()))
-            }
-            _ => None,
-        }
+        Self::of_ndarray(tensor.downcast_ref::<NdArrayTensor>()?)
     }
 
     fn array(array: ArcArray<f32, IxDyn>) -> Self {
@@ -108,6 +134,25 @@ impl HeldBuffer {
         match self {
             HeldBuffer::Flex { buffer, .. } => buffer.strong_count() > 0,
             HeldBuffer::Array { array, .. } => !array.is_unique(),
+            // The clone held here is one of the borrowing tensors.
+            HeldBuffer::Borrowed { memory, .. } => memory.strong_count() > 1,
+        }
+    }
+
+    /// Lets go of the buffer without dropping what keeps it, for thread exit: a tensor over
+    /// read-back memory may need the GPU runtime's thread-locals to release it, which may be
+    /// gone by then.
+    pub(crate) fn leak(self) {
+        if let HeldBuffer::Borrowed { tensor, .. } = self {
+            std::mem::forget(tensor);
+        }
+    }
+
+    /// The view asked for, of an array or borrowed memory.
+    fn view(&self) -> Option<&ArrayView> {
+        match self {
+            HeldBuffer::Flex { .. } => None,
+            HeldBuffer::Array { view, .. } | HeldBuffer::Borrowed { view, .. } => Some(view),
         }
     }
 
@@ -121,11 +166,9 @@ impl HeldBuffer {
                     layout: other_layout,
                 },
             ) => Weak::ptr_eq(buffer, other_buffer) && layout == other_layout,
-            (HeldBuffer::Array { view, .. }, HeldBuffer::Array { view: other, .. }) => {
-                // Both clones are alive while compared: one address is one allocation.
-                view == other
-            }
-            _ => false,
+            (HeldBuffer::Flex { .. }, _) | (_, HeldBuffer::Flex { .. }) => false,
+            // Both clones are alive while compared: one address is one allocation.
+            _ => self.view() == other.view(),
         }
     }
 
@@ -135,18 +178,31 @@ impl HeldBuffer {
     /// (an array and its reshape, say). Views of one array that do not overlap (two slices)
     /// are not recognised as one; such entries go when the holder's own limit drops them.
     pub(crate) fn share(&mut self, other: &HeldBuffer) {
-        if let (
-            HeldBuffer::Array { array, view },
-            HeldBuffer::Array {
-                array: other_array,
-                view: other_view,
+        let overlap = match (self.view(), other.view()) {
+            (Some(view), Some(other_view)) => match (&view.span, &other_view.span) {
+                (Some(a), Some(b)) => a.start < b.end && b.start < a.end,
+                _ => false,
             },
-        ) = (self, other)
-            && let (Some(a), Some(b)) = (&view.span, &other_view.span)
-            && a.start < b.end
-            && b.start < a.end
-        {
-            *array = other_array.clone();
+            _ => false,
+        };
+        if !overlap {
+            return;
+        }
+        match (self, other) {
+            (
+                HeldBuffer::Array { array, .. },
+                HeldBuffer::Array {
+                    array: other_array, ..
+                },
+            ) => *array = other_array.clone(),
+            (
+                HeldBuffer::Borrowed { tensor, .. },
+                HeldBuffer::Borrowed {
+                    tensor: other_tensor,
+                    ..
+                },
+            ) => *tensor = other_tensor.clone(),
+            _ => {}
         }
     }
 }

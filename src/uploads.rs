@@ -37,8 +37,33 @@ struct Entry {
     bytes: usize,
 }
 
+/// A thread's entries, oldest first.
+struct Kept(VecDeque<Entry>);
+
+impl Drop for Kept {
+    /// At thread exit the held buffers are leaked, not dropped (see [`HeldBuffer::leak`]).
+    fn drop(&mut self) {
+        for entry in self.0.drain(..) {
+            entry.buffer.leak();
+        }
+    }
+}
+
+impl core::ops::Deref for Kept {
+    type Target = VecDeque<Entry>;
+    fn deref(&self) -> &VecDeque<Entry> {
+        &self.0
+    }
+}
+
+impl core::ops::DerefMut for Kept {
+    fn deref_mut(&mut self) -> &mut VecDeque<Entry> {
+        &mut self.0
+    }
+}
+
 thread_local! {
-    static UPLOADS: RefCell<VecDeque<Entry>> = const { RefCell::new(VecDeque::new()) };
+    static UPLOADS: RefCell<Kept> = const { RefCell::new(Kept(VecDeque::new())) };
 }
 
 /// A device copy of `tensor` uploaded as `dtype` (upload dtype, precision) earlier on this thread, if there is one that

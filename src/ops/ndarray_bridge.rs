@@ -262,17 +262,13 @@ fn lent_array(tensor: &FlexTensor) -> Option<NdArrayTensor> {
     })
 }
 
-/// The f32 array `tensor` reads, when it is a lent array's unwritten buffer, whole and
+/// The f32 tensor `tensor` reads, when it is a lent tensor's unwritten buffer, whole and
 /// unreshaped: what holds its values beyond the op (see `held`).
-pub(crate) fn lent_f32_array(tensor: &FlexTensor) -> Option<ArcArray<f32, IxDyn>> {
+pub(crate) fn lent_f32(tensor: &FlexTensor) -> Option<NdArrayTensor> {
     if tensor.dtype() != DType::F32 {
         return None;
     }
-    match lent_array(tensor)? {
-        // An accelerator's result is not an array of its own: held by nothing (see `held`).
-        NdArrayTensor::F32(storage) if !storage.is_borrowed() => Some(storage.into_shared()),
-        _ => None,
-    }
+    lent_array(tensor).filter(|t| matches!(t, NdArrayTensor::F32(_)))
 }
 
 /// The memory behind a lent array's burn-flex buffer: the array itself until the first write,
@@ -441,9 +437,11 @@ pub(crate) fn read_back(
         return Err(burn_backend::TensorData::from_bytes(bytes, shape, dtype));
     }
     let len = bytes.len();
+    let memory = std::sync::Arc::new(bytes);
+    register_read_back(&memory);
     let shared: Box<dyn AllocationController> = match dtype {
-        DType::F32 => Box::new(ReadBack::<f32>::new(bytes)),
-        _ => Box::new(ReadBack::<f64>::new(bytes)),
+        DType::F32 => Box::new(ReadBack::<f32>(memory, core::marker::PhantomData)),
+        _ => Box::new(ReadBack::<f64>(memory, core::marker::PhantomData)),
     };
     // SAFETY: the controller's memory is the read-back bytes, `len` of them, all initialised.
     let bytes = unsafe { Bytes::from_controller(shared, len) };
@@ -458,10 +456,30 @@ pub(crate) fn read_back(
 /// clones the activations it keeps): a clone costs a reference, and a write copies first.
 struct ReadBack<E>(std::sync::Arc<Bytes>, core::marker::PhantomData<E>);
 
-impl<E> ReadBack<E> {
-    fn new(bytes: Bytes) -> Self {
-        ReadBack(std::sync::Arc::new(bytes), core::marker::PhantomData)
-    }
+/// A read-back memory: the address and byte length of its values, and the memory.
+type ReadBackEntry = (usize, usize, std::sync::Weak<Bytes>);
+
+/// The read-back memories some tensor may still borrow, by address: how `held` tells whether
+/// anything besides its own clone still holds one.
+static READ_BACKS: Mutex<Vec<ReadBackEntry>> = Mutex::new(Vec::new());
+
+fn register_read_back(memory: &std::sync::Arc<Bytes>) {
+    let mut list = READ_BACKS.lock().unwrap_or_else(|e| e.into_inner());
+    list.retain(|(_, _, m)| m.strong_count() > 0);
+    list.push((
+        memory.as_ptr() as usize,
+        memory.len(),
+        std::sync::Arc::downgrade(memory),
+    ));
+}
+
+/// The read-back memory whose values are the `bytes` at `address`, while any tensor borrows it;
+/// its strong count is the number of borrowed tensors over it (each clone has a controller).
+pub(crate) fn read_back_memory(address: usize, bytes: usize) -> Option<std::sync::Weak<Bytes>> {
+    let list = READ_BACKS.lock().unwrap_or_else(|e| e.into_inner());
+    list.iter()
+        .find(|(a, b, m)| *a == address && *b == bytes && m.strong_count() > 0)
+        .map(|(_, _, m)| m.clone())
 }
 
 impl<E: bytemuck::Pod + Send + Sync> AllocationController for ReadBack<E> {
