@@ -272,10 +272,15 @@ pub(crate) fn lent_f32(tensor: &FlexTensor) -> Option<NdArrayTensor> {
 }
 
 /// The memory behind a lent array's burn-flex buffer: the array itself until the first write,
-/// then a copy of its values, whose `Vec` a result can take over.
+/// then a copy of its values, whose `Vec` a result can take over; also the memory an
+/// accelerator's result was read into, under a borrowed burn-ndarray tensor.
 enum Lent<E> {
     /// Read in place; the array's other holders see these values.
     Shared(ArcArray<E, IxDyn>),
+    /// Read-back memory (see [`read_back`]), shared by every clone of the borrowed tensor over
+    /// it (burn-ndarray clones borrowed storage by cloning its bytes, and autodiff clones the
+    /// activations it keeps): a clone costs a reference, and a write copies first.
+    ReadBack(std::sync::Arc<Bytes>),
     /// A burn-ndarray tensor over borrowed memory (an accelerator's result, see [`read_back`]),
     /// read in place like `Shared`; its values are the `len` values at `address`.
     Borrowed {
@@ -299,25 +304,26 @@ impl<E: bytemuck::Pod> Lent<E> {
             Lent::Borrowed { address, len, .. } => unsafe {
                 core::slice::from_raw_parts(*address as *const E, *len)
             },
+            // The values are aligned for `E` (checked in `read_back`).
+            Lent::ReadBack(memory) => bytemuck::cast_slice(&memory[..]),
             Lent::Copied(values) => values,
         }
     }
 }
 
 impl<E> Lent<E> {
-    /// The address and byte length of the lent values (none once copied).
-    fn lent_at(&self) -> (usize, usize) {
+    /// The address and byte length of the values lent from an array or tensor, if they are.
+    fn lent_at(&self) -> Option<(usize, usize)> {
         match self {
-            Lent::Shared(array) => address_of(array),
-            Lent::Borrowed { address, len, .. } => (*address, len * size_of::<E>()),
-            Lent::Copied(_) => (0, 0),
+            Lent::Shared(array) => Some(address_of(array)),
+            Lent::Borrowed { address, len, .. } => Some((*address, len * size_of::<E>())),
+            Lent::ReadBack(_) | Lent::Copied(_) => None,
         }
     }
 
     /// Marks this buffer as no longer reading the lent values (dropped, or copied on write).
     fn give_back(&self) {
-        if !matches!(self, Lent::Copied(_)) {
-            let (address, bytes) = self.lent_at();
+        if let Some((address, bytes)) = self.lent_at() {
             return_lent_at(address, bytes);
         }
     }
@@ -387,11 +393,13 @@ impl<E: bytemuck::Pod + Send + Sync> AllocationController for Lent<E> {
                 address: *address,
                 len: *len,
             },
+            Lent::ReadBack(memory) => Lent::ReadBack(memory.clone()),
             Lent::Copied(_) => return None,
         };
         // One more buffer reads the lent values (given back when the copy drops).
-        let (address, bytes) = copy.lent_at();
-        lend_again(address, bytes);
+        if let Some((address, bytes)) = copy.lent_at() {
+            lend_again(address, bytes);
+        }
         Some(Box::new(copy))
     }
 
@@ -440,8 +448,8 @@ pub(crate) fn read_back(
     let memory = std::sync::Arc::new(bytes);
     register_read_back(&memory);
     let shared: Box<dyn AllocationController> = match dtype {
-        DType::F32 => Box::new(ReadBack::<f32>(memory, core::marker::PhantomData)),
-        _ => Box::new(ReadBack::<f64>(memory, core::marker::PhantomData)),
+        DType::F32 => Box::new(Lent::<f32>::ReadBack(memory)),
+        _ => Box::new(Lent::<f64>::ReadBack(memory)),
     };
     // SAFETY: the controller's memory is the read-back bytes, `len` of them, all initialised.
     let bytes = unsafe { Bytes::from_controller(shared, len) };
@@ -450,11 +458,6 @@ pub(crate) fn read_back(
         burn_backend::TensorData::from_bytes(bytes, shape, dtype),
     ))
 }
-
-/// The memory an accelerator's result was read into, shared by every clone of the borrowed
-/// tensor over it (burn-ndarray clones borrowed storage by cloning its bytes, and autodiff
-/// clones the activations it keeps): a clone costs a reference, and a write copies first.
-struct ReadBack<E>(std::sync::Arc<Bytes>, core::marker::PhantomData<E>);
 
 /// A read-back memory: the address and byte length of its values, and the memory.
 type ReadBackEntry = (usize, usize, std::sync::Weak<Bytes>);
@@ -480,41 +483,6 @@ pub(crate) fn read_back_memory(address: usize, bytes: usize) -> Option<std::sync
     list.iter()
         .find(|(a, b, m)| *a == address && *b == bytes && m.strong_count() > 0)
         .map(|(_, _, m)| m.clone())
-}
-
-impl<E: bytemuck::Pod + Send + Sync> AllocationController for ReadBack<E> {
-    fn alloc_align(&self) -> usize {
-        align_of::<E>()
-    }
-
-    fn property(&self) -> AllocationProperty {
-        AllocationProperty::Other
-    }
-
-    unsafe fn memory_mut(&mut self) -> &mut [MaybeUninit<u8>] {
-        if std::sync::Arc::get_mut(&mut self.0).is_none() {
-            // The values are aligned for `E` (checked in `read_back`), and so is the copy.
-            let values: &[E] = bytemuck::cast_slice(&self.0[..]);
-            self.0 = std::sync::Arc::new(Bytes::from_elems(copied(values)));
-        }
-        let bytes: &mut [u8] = std::sync::Arc::get_mut(&mut self.0).expect("unique after the copy");
-        // SAFETY: initialised bytes viewed as possibly uninitialised ones; callers write only
-        // initialised data (the trait's contract).
-        unsafe { core::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast(), bytes.len()) }
-    }
-
-    fn memory(&self) -> &[MaybeUninit<u8>] {
-        let bytes: &[u8] = &self.0;
-        // SAFETY: initialised bytes viewed as possibly uninitialised ones.
-        unsafe { core::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len()) }
-    }
-
-    fn duplicate(&self) -> Option<Box<dyn AllocationController>> {
-        Some(Box::new(ReadBack::<E>(
-            self.0.clone(),
-            core::marker::PhantomData,
-        )))
-    }
 }
 
 /// `values` in a new `Vec`, copied across rayon's threads when there are many: a single-threaded
