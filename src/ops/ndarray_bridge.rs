@@ -195,29 +195,40 @@ where
 /// Lists the array whose values are the `bytes` at `address` as lent, for one more burn-flex
 /// buffer; `array` makes its entry when it is not listed yet.
 fn lend_at(address: usize, bytes: usize, array: impl FnOnce() -> NdArrayTensor) {
+    if lend_again(address, bytes) {
+        return;
+    }
+    // Made outside the lock: cloning a tensor may run its memory's own code.
+    let array = array();
     let mut lendings = LENDINGS.lock().unwrap_or_else(|e| e.into_inner());
     match lendings
         .iter_mut()
         .find(|l| l.address == address && l.bytes == bytes)
     {
+        // Listed meanwhile by another thread; this clone drops after the lock.
         Some(lending) => lending.buffers += 1,
         None => lendings.push(Lending {
             address,
             bytes,
-            array: array(),
+            array,
             buffers: 1,
         }),
     }
 }
 
-/// One more burn-flex buffer reads the values lent at `address` (a duplicate of a lent buffer).
-fn lend_again(address: usize, bytes: usize) {
+/// One more burn-flex buffer reads the values lent at `address`, if they are listed; whether
+/// they are.
+fn lend_again(address: usize, bytes: usize) -> bool {
     let mut lendings = LENDINGS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(lending) = lendings
+    match lendings
         .iter_mut()
         .find(|l| l.address == address && l.bytes == bytes)
     {
-        lending.buffers += 1;
+        Some(lending) => {
+            lending.buffers += 1;
+            true
+        }
+        None => false,
     }
 }
 
@@ -230,7 +241,10 @@ fn return_lent_at(address: usize, bytes: usize) {
     {
         lendings[i].buffers -= 1;
         if lendings[i].buffers == 0 {
-            lendings.swap_remove(i);
+            let gone = lendings.swap_remove(i);
+            // Dropped outside the lock: dropping a tensor may run its memory's own code.
+            drop(lendings);
+            drop(gone);
         }
     }
 }
