@@ -100,8 +100,9 @@ impl HeldBuffer {
         if !storage.is_borrowed() {
             return Some(Self::array(storage.clone().into_shared()));
         }
-        let view = ArrayView::of(&storage.view());
-        let bytes = storage.view().len() * size_of::<f32>();
+        let values = storage.view();
+        let view = ArrayView::of(&values);
+        let bytes = values.len() * size_of::<f32>();
         let memory = ndarray_bridge::read_back_memory(view.address, bytes)?;
         Some(HeldBuffer::Borrowed {
             tensor: Rc::new(tensor.clone()),

@@ -73,9 +73,9 @@ pub(crate) fn flex_into_primitive<T: 'static>(tensor: FlexTensor) -> T {
 /// `data` (an offloaded op's result) as `C`'s float tensor. On burn-ndarray: where the data's
 /// buffer is a `Vec` of its values, an array that owns it; else (memory an accelerator's result
 /// was read into) a tensor borrowing that memory without a copy (see
-/// [`read_back`](super::ndarray_bridge::read_back)). `Hetero`'s CPU ops read it in place;
-/// burn-ndarray's own ops copy it before using it, and it is not held to recognise it as a later
-/// conv's operand (see `held`), which in the models here only BN/ReLU outputs are.
+/// [`read_back`](super::ndarray_bridge::read_back)). `Hetero`'s CPU ops read it in place,
+/// burn-ndarray's own ops copy it before using it, and `held` holds it like an array where it
+/// is the next conv's operand.
 pub(crate) fn float_from_data<C: Backend>(
     data: burn_backend::TensorData,
     device: &C::Device,

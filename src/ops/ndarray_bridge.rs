@@ -440,8 +440,9 @@ impl<E> Drop for Lent<E> {
 
 /// An accelerator's f32 or f64 result as a burn-ndarray tensor over the memory it was read into
 /// (borrowed storage: burn-ndarray reads it in place and copies it before any write), where
-/// that memory is not a `Vec` of its own; None otherwise. Copying 1.1 GB a step of read-back
-/// results into new arrays took 5 ms of ResNet20's batch-128 step on the H200 (2026-12-06);
+/// that memory is not a `Vec` of its own; the data back otherwise. Copying the read-back results
+/// (about 190 MB a step) into new arrays took 5 ms of ResNet20's batch-128 step on the H200
+/// (2026-12-06);
 /// `Hetero`'s CPU ops read the borrowed memory through [`lend_borrowed`] instead.
 pub(crate) fn read_back(
     data: burn_backend::TensorData,
