@@ -7,8 +7,9 @@
 use crate::common::*;
 use burn::tensor::activation::relu;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::ops::{ActivationOps, FloatTensorOps};
+use burn::tensor::ops::{ActivationOps, ConvOptions, FloatTensorOps, ModuleOps};
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+use burn_hetero::{HeteroConfig, OpKind, Placement, Precision};
 use burn_ndarray::NdArrayTensor;
 
 /// Large enough for the threaded elementwise path (it leaves small tensors to the backend).
@@ -448,4 +449,47 @@ fn a_borrowed_array_is_read_in_place() {
     );
 
     assert_eq!(values_of(x), values, "the borrowed memory changed");
+}
+
+/// An offloaded conv's f32 result on `Hetero<NdArray, _>` is a tensor over the memory it was read
+/// into (burn-ndarray's borrowed storage), not an array it was copied into: before results were
+/// borrowed this failed, every result being a new `Vec`. The ReLU after it reads it through the
+/// bridge and leaves it borrowed and unchanged. Values against burn-ndarray's conv at f32.
+#[test]
+fn an_offloaded_result_is_borrowed_not_copied() {
+    let _s = settings(
+        HeteroConfig::cpu_only()
+            .with_placement(
+                OpKind::Conv2dForward,
+                Placement::accelerator(Precision::F32),
+            )
+            .with_strict(true),
+    );
+    let mut rng = rng_for("bridge read back");
+    let (xs, ws) = ([4, 8, 32, 32], [16, 8, 3, 3]);
+    let x = random_vec(&mut rng, xs.iter().product(), -2.0, 2.0);
+    let w = random_vec(&mut rng, ws.iter().product(), -1.0, 1.0);
+    let options = || ConvOptions::new([1, 1], [1, 1], [1, 1], 1);
+    let y = H::conv2d(primitive(&x, xs), primitive(&w, ws), None, options());
+    assert!(
+        matches!(&y, NdArrayTensor::F32(s) if s.is_borrowed()),
+        "the result was copied into an array of its own"
+    );
+    let nd = |v: &[f32], shape: [usize; 4]| {
+        Tensor::<N, 4>::from_data(TensorData::new(v.to_vec(), shape), &device())
+            .into_primitive()
+            .tensor()
+    };
+    let reference = N::conv2d(nd(&x, xs), nd(&w, ws), None, options());
+    let reference: Vec<f64> = Tensor::<N, 4>::from_primitive(TensorPrimitive::Float(reference))
+        .into_data()
+        .iter::<f64>()
+        .collect();
+    let got = values_of(y.clone());
+    let err = rel_l2(&got, &reference);
+    assert!(err <= 1e-5, "relative L2 {err:.2e}");
+
+    assert_eq!(values_of(H::relu(y.clone())), relu_of(&got));
+    assert!(matches!(&y, NdArrayTensor::F32(s) if s.is_borrowed()));
+    assert_eq!(values_of(y), got, "the read-back memory changed");
 }
