@@ -350,7 +350,7 @@ fn offload<C: Backend, A: Accelerator>(
             counters.bytes_down += data.bytes.len() as u64;
             counters.elements = data.num_elements() as u64;
             counters.deferred_reads += 1;
-            let tensor = crate::ops::layout::float_from_data::<C>(data, &device);
+            let tensor = crate::ops::layout::pending_from_data::<C>(data, &device);
             results.push((index, tensor, counters));
         }
         let start = Instant::now();

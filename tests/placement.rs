@@ -718,6 +718,88 @@ fn a_failed_deferred_read_is_computed_on_the_cpu() {
     );
 }
 
+/// A weight gradient read later is handed out before its read settles, on burn-ndarray's arrays
+/// as on burn-flex's: with that read made to fail (injected), nothing is computed on the CPU
+/// until the gradient is first read (the input gradient read before it does not wait for it),
+/// and then its values are the reference's. On burn-ndarray the read used to settle as the
+/// gradient was handed out, inside the backward.
+fn a_weight_gradient_is_read_when_first_used<C: Backend>(device: &C::Device) {
+    type AF = Autodiff<burn_flex::Flex>;
+    let _guard = settings(HeteroConfig::default());
+    let f32p = Placement::accelerator(Precision::F32);
+    let config = HeteroConfig::cpu_only()
+        .with_placement(OpKind::Conv2dForward, f32p)
+        .with_placement(OpKind::Conv2dInputGrad, f32p)
+        .with_placement(OpKind::Conv2dWeightGrad, f32p);
+    burn_hetero::Hetero::<C, Accel>::configure(device, config);
+    let (xs, ws) = ([2, 3, 9, 7], [4, 3, 3, 3]);
+    let (x, weights, _) = chain_operands("weight gradient read when used", xs, ws);
+    let output_grad = random_vec(
+        &mut rng_for("read when used, output gradient"),
+        2 * 4 * 63,
+        -1.0,
+        1.0,
+    );
+    fn grads<B: burn::tensor::backend::AutodiffBackend>(
+        dev: &B::Device,
+        (xs, ws): ([usize; 4], [usize; 4]),
+        (x, w, output_grad): (&[f32], &[f32], &[f32]),
+        read: impl Fn(&str),
+    ) -> (Vec<f32>, Vec<f32>) {
+        let tensor = |v: &[f32], s: [usize; 4]| {
+            Tensor::<B, 4>::from_data(TensorData::new(v.to_vec(), s), dev).require_grad()
+        };
+        let (x, w) = (tensor(x, xs), tensor(w, ws));
+        let options = ConvOptions::new([1, 1], [1, 1], [1, 1], 1);
+        let y = burn::tensor::module::conv2d(x.clone(), w.clone(), None, options);
+        let output_grad = tensor(output_grad, [2, 4, 9, 7]).detach();
+        let grads = (y * output_grad).sum().backward();
+        read("after the backward");
+        let v = |t: Tensor<B::InnerBackend, 4>| t.into_data().to_vec::<f32>().unwrap();
+        let x_grad = v(x.grad(&grads).unwrap());
+        read("after reading the input gradient");
+        (x_grad, v(w.grad(&grads).unwrap()))
+    }
+    let operands = (x.as_slice(), weights[0].as_slice(), output_grad.as_slice());
+    let reference = grads::<AF>(&Default::default(), (xs, ws), operands, |_| {});
+    let fallbacks = burn_hetero::deferred_read_fallbacks();
+    burn_hetero::inject_deferred_read_failure(Some(1));
+    let mut got = (Vec::new(), Vec::new());
+    let delta = delta_of(|| {
+        got =
+            grads::<Autodiff<burn_hetero::Hetero<C, Accel>>>(device, (xs, ws), operands, |when| {
+                assert_eq!(
+                    burn_hetero::deferred_read_fallbacks(),
+                    fallbacks,
+                    "the weight gradient's read settled {when}"
+                );
+            });
+    });
+    burn_hetero::inject_deferred_read_failure(None);
+    burn_hetero::Hetero::<C, Accel>::configure(device, HeteroConfig::default());
+    assert_eq!(burn_hetero::deferred_read_fallbacks() - fallbacks, 1);
+    let wgrad = delta.get(OpKind::Conv2dWeightGrad, Ran::Accelerator(Precision::F32));
+    assert_eq!((wgrad.calls, wgrad.deferred_reads), (1, 1), "{delta}");
+    for (name, g, r) in [
+        ("input", &got.0, &reference.0),
+        ("weight", &got.1, &reference.1),
+    ] {
+        let r: Vec<f64> = r.iter().map(|&v| v as f64).collect();
+        let err = rel_l2(g, &r);
+        assert!(err <= 1e-5, "{name} gradient: relative L2 {err:.2e}");
+    }
+}
+
+#[test]
+fn a_weight_gradient_is_read_when_first_used_on_flex() {
+    a_weight_gradient_is_read_when_first_used::<burn_flex::Flex>(&burn_flex::FlexDevice);
+}
+
+#[test]
+fn a_weight_gradient_is_read_when_first_used_on_ndarray() {
+    a_weight_gradient_is_read_when_first_used::<N>(&device());
+}
+
 /// At one precision the backward reads the forward's device copies as they are.
 #[test]
 fn backward_reads_the_forward_uploads_at_f16() {

@@ -92,6 +92,22 @@ pub(crate) fn float_from_data<C: Backend>(
     C::float_from_data(data, device)
 }
 
+/// `data` (an offloaded op's result read after the op returned, whose bytes wait for the read on
+/// first access) as `C`'s float tensor without waiting for it: on burn-ndarray through
+/// [`pending`](super::ndarray_bridge::pending), elsewhere as [`float_from_data`].
+pub(crate) fn pending_from_data<C: Backend>(
+    data: burn_backend::TensorData,
+    device: &C::Device,
+) -> FloatTensor<C> {
+    if is_ndarray::<C>() {
+        match super::ndarray_bridge::pending(data) {
+            Ok(tensor) => return from_ndarray::<C>(tensor),
+            Err(data) => return float_from_data::<C>(data, device),
+        }
+    }
+    float_from_data::<C>(data, device)
+}
+
 /// Whether `C` is burn-flex itself: the ops that stay burn-ndarray's own on `Hetero<NdArray, _>`
 /// (where the conformance suite holds it to burn-ndarray's bits) check this, not [`into_flex`].
 pub(crate) fn is_flex<C: Backend>() -> bool {

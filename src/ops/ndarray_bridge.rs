@@ -318,7 +318,8 @@ impl<E: bytemuck::Pod> Lent<E> {
             Lent::Borrowed { address, len, .. } => unsafe {
                 core::slice::from_raw_parts(*address as *const E, *len)
             },
-            // The values are aligned for `E` (checked in `read_back`).
+            // The values are aligned for `E`: checked in `read_back`, and by `cast_slice` (which
+            // panics otherwise) for a result read later (see `pending`).
             Lent::ReadBack(memory) => bytemuck::cast_slice(&memory[..]),
             Lent::Copied(values) => values,
         }
@@ -472,6 +473,95 @@ pub(crate) fn read_back(
     Ok(NdArrayTensor::from_data(
         burn_backend::TensorData::from_bytes(bytes, shape, dtype),
     ))
+}
+
+/// A result read after its op returned (a conv's weight gradient, see `deferred`) as a
+/// burn-ndarray tensor whose values arrive on first access, the way burn-flex keeps such a
+/// result; the data back where it is not f32 or f64. Without this the result waited as it was
+/// handed out, since burn-ndarray checks the alignment of memory it borrows, which reads the
+/// pending memory's address and so waits for it.
+///
+/// burn-ndarray borrows a template instead: memory of zeros of the result's length, never read.
+/// A clone of a borrowed tensor clones its bytes, which asks their controller for a duplicate,
+/// and the template's duplicate is the pending memory under the read-back controller (shared
+/// by clones, copied before a write). If burn-ndarray ever cloned borrowed storage otherwise,
+/// the pending memory would be left over and the data comes back (logged once).
+pub(crate) fn pending(
+    data: burn_backend::TensorData,
+) -> Result<NdArrayTensor, burn_backend::TensorData> {
+    let burn_backend::TensorData {
+        bytes,
+        shape,
+        dtype,
+    } = data;
+    if !matches!(dtype, DType::F32 | DType::F64) {
+        return Err(burn_backend::TensorData::from_bytes(bytes, shape, dtype));
+    }
+    let len = bytes.len();
+    let zeros = Template(vec![0u64; len.div_ceil(size_of::<u64>())]);
+    // SAFETY: the template's memory is at least `len` bytes, all initialised (zeros).
+    let template = unsafe { Bytes::from_controller(Box::new(zeros), len) };
+    let template = NdArrayTensor::from_data(burn_backend::TensorData::from_bytes(
+        template,
+        shape.clone(),
+        dtype,
+    ));
+    let memory = std::sync::Arc::new(bytes);
+    let handed: Box<dyn AllocationController> = match dtype {
+        DType::F32 => Box::new(Lent::<f32>::ReadBack(memory.clone())),
+        _ => Box::new(Lent::<f64>::ReadBack(memory.clone())),
+    };
+    HANDED_OVER.with_borrow_mut(|slot| *slot = Some(handed));
+    let tensor = template.clone();
+    let left = HANDED_OVER.with_borrow_mut(Option::take);
+    if left.is_none() && tensor.is_borrowed() {
+        return Ok(tensor);
+    }
+    drop((left, tensor));
+    crate::fallback::warn_once(
+        "ndarray-pending",
+        "burn-ndarray did not take a pending result as borrowed memory through a clone; weight \
+         gradients read later are waited for as they are handed out",
+    );
+    let bytes = std::sync::Arc::try_unwrap(memory)
+        .unwrap_or_else(|_| unreachable!("nothing else holds the pending memory"));
+    Err(burn_backend::TensorData::from_bytes(bytes, shape, dtype))
+}
+
+thread_local! {
+    /// The controller a [`Template`]'s clone takes as its memory (see [`pending`]).
+    static HANDED_OVER: core::cell::RefCell<Option<Box<dyn AllocationController>>> =
+        const { core::cell::RefCell::new(None) };
+}
+
+/// The memory burn-ndarray borrows for [`pending`]: zeros of the result's length, aligned for
+/// f64, whose duplicate is the controller waiting in `HANDED_OVER`.
+struct Template(Vec<u64>);
+
+impl AllocationController for Template {
+    fn alloc_align(&self) -> usize {
+        align_of::<u64>()
+    }
+
+    fn property(&self) -> AllocationProperty {
+        AllocationProperty::Other
+    }
+
+    unsafe fn memory_mut(&mut self) -> &mut [MaybeUninit<u8>] {
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(self.0.as_mut_slice());
+        // SAFETY: initialised bytes viewed as possibly uninitialised ones.
+        unsafe { core::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast(), bytes.len()) }
+    }
+
+    fn memory(&self) -> &[MaybeUninit<u8>] {
+        let bytes: &[u8] = bytemuck::cast_slice(self.0.as_slice());
+        // SAFETY: initialised bytes viewed as possibly uninitialised ones.
+        unsafe { core::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len()) }
+    }
+
+    fn duplicate(&self) -> Option<Box<dyn AllocationController>> {
+        HANDED_OVER.with_borrow_mut(Option::take)
+    }
 }
 
 /// A read-back memory: the address and byte length of its values, and the memory.
