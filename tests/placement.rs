@@ -669,17 +669,22 @@ fn chained_conv_grads<B: burn::tensor::backend::AutodiffBackend>(
     out
 }
 
+/// Every other op on the CPU, the three conv phases on the accelerator at f32.
+fn conv_phases_at_f32() -> HeteroConfig {
+    let f32p = Placement::accelerator(Precision::F32);
+    HeteroConfig::cpu_only()
+        .with_placement(OpKind::Conv2dForward, f32p)
+        .with_placement(OpKind::Conv2dInputGrad, f32p)
+        .with_placement(OpKind::Conv2dWeightGrad, f32p)
+}
+
 /// A weight gradient whose read back fails (injected) is computed on the CPU from the operands
 /// kept for it; the others still come from the accelerator; nothing is lost.
 #[test]
 fn a_failed_deferred_read_is_computed_on_the_cpu() {
     type AF = Autodiff<burn_flex::Flex>;
     let _guard = settings(HeteroConfig::default());
-    let f32p = Placement::accelerator(Precision::F32);
-    let config = HeteroConfig::cpu_only()
-        .with_placement(OpKind::Conv2dForward, f32p)
-        .with_placement(OpKind::Conv2dInputGrad, f32p)
-        .with_placement(OpKind::Conv2dWeightGrad, f32p);
+    let config = conv_phases_at_f32();
     burn_hetero::Hetero::<burn_flex::Flex, Accel>::configure(&burn_flex::FlexDevice, config);
     let (xs, ws) = ([2, 3, 6, 5], [3, 3, 3, 3]);
     let (x, weights, output_grad) = chain_operands("failed deferred read", xs, ws);
@@ -726,11 +731,7 @@ fn a_failed_deferred_read_is_computed_on_the_cpu() {
 fn a_weight_gradient_is_read_when_first_used<C: Backend>(device: &C::Device) {
     type AF = Autodiff<burn_flex::Flex>;
     let _guard = settings(HeteroConfig::default());
-    let f32p = Placement::accelerator(Precision::F32);
-    let config = HeteroConfig::cpu_only()
-        .with_placement(OpKind::Conv2dForward, f32p)
-        .with_placement(OpKind::Conv2dInputGrad, f32p)
-        .with_placement(OpKind::Conv2dWeightGrad, f32p);
+    let config = conv_phases_at_f32();
     burn_hetero::Hetero::<C, Accel>::configure(device, config);
     let (xs, ws) = ([2, 3, 9, 7], [4, 3, 3, 3]);
     let (x, weights, _) = chain_operands("weight gradient read when used", xs, ws);

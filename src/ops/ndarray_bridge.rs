@@ -448,25 +448,15 @@ impl<E> Drop for Lent<E> {
 pub(crate) fn read_back(
     data: burn_backend::TensorData,
 ) -> Result<NdArrayTensor, burn_backend::TensorData> {
-    let burn_backend::TensorData {
-        bytes,
-        shape,
-        dtype,
-    } = data;
-    let aligned = (bytes.as_ptr() as usize).is_multiple_of(dtype.size().max(1));
-    if !matches!(dtype, DType::F32 | DType::F64)
-        || bytes.property() == AllocationProperty::Native
-        || !aligned
-    {
+    let (bytes, shape, dtype) = float_parts(data)?;
+    let aligned = (bytes.as_ptr() as usize).is_multiple_of(dtype.size());
+    if bytes.property() == AllocationProperty::Native || !aligned {
         return Err(burn_backend::TensorData::from_bytes(bytes, shape, dtype));
     }
     let len = bytes.len();
     let memory = std::sync::Arc::new(bytes);
     register_read_back(&memory);
-    let shared: Box<dyn AllocationController> = match dtype {
-        DType::F32 => Box::new(Lent::<f32>::ReadBack(memory)),
-        _ => Box::new(Lent::<f64>::ReadBack(memory)),
-    };
+    let shared = read_back_controller(memory, dtype);
     // SAFETY: the controller's memory is the read-back bytes, `len` of them, all initialised.
     let bytes = unsafe { Bytes::from_controller(shared, len) };
     // burn-ndarray borrows memory that is not a `Vec` of its own (property `Other`).
@@ -489,14 +479,7 @@ pub(crate) fn read_back(
 pub(crate) fn pending(
     data: burn_backend::TensorData,
 ) -> Result<NdArrayTensor, burn_backend::TensorData> {
-    let burn_backend::TensorData {
-        bytes,
-        shape,
-        dtype,
-    } = data;
-    if !matches!(dtype, DType::F32 | DType::F64) {
-        return Err(burn_backend::TensorData::from_bytes(bytes, shape, dtype));
-    }
+    let (bytes, shape, dtype) = float_parts(data)?;
     let len = bytes.len();
     let zeros = Template(vec![0u64; len.div_ceil(size_of::<u64>())]);
     // SAFETY: the template's memory is at least `len` bytes, all initialised (zeros).
@@ -507,10 +490,7 @@ pub(crate) fn pending(
         dtype,
     ));
     let memory = std::sync::Arc::new(bytes);
-    let handed: Box<dyn AllocationController> = match dtype {
-        DType::F32 => Box::new(Lent::<f32>::ReadBack(memory.clone())),
-        _ => Box::new(Lent::<f64>::ReadBack(memory.clone())),
-    };
+    let handed = read_back_controller(memory.clone(), dtype);
     HANDED_OVER.with_borrow_mut(|slot| *slot = Some(handed));
     let tensor = template.clone();
     let left = HANDED_OVER.with_borrow_mut(Option::take);
@@ -526,6 +506,32 @@ pub(crate) fn pending(
     let bytes = std::sync::Arc::try_unwrap(memory)
         .unwrap_or_else(|_| unreachable!("nothing else holds the pending memory"));
     Err(burn_backend::TensorData::from_bytes(bytes, shape, dtype))
+}
+
+/// An f32 or f64 result's bytes, shape and dtype; the data back for any other dtype.
+fn float_parts(
+    data: burn_backend::TensorData,
+) -> Result<(Bytes, Shape, DType), burn_backend::TensorData> {
+    if !matches!(data.dtype, DType::F32 | DType::F64) {
+        return Err(data);
+    }
+    let burn_backend::TensorData {
+        bytes,
+        shape,
+        dtype,
+    } = data;
+    Ok((bytes, shape, dtype))
+}
+
+/// The lent-memory controller over read-back `memory` of f32 or f64 values.
+fn read_back_controller(
+    memory: std::sync::Arc<Bytes>,
+    dtype: DType,
+) -> Box<dyn AllocationController> {
+    match dtype {
+        DType::F32 => Box::new(Lent::<f32>::ReadBack(memory)),
+        _ => Box::new(Lent::<f64>::ReadBack(memory)),
+    }
 }
 
 thread_local! {
