@@ -11,8 +11,8 @@
 //! over an allocation that waits for the read the first time its memory is touched (the way
 //! CubeCL's file-backed bytes read their file on first access). burn-ndarray's own borrow would
 //! touch them at once; `ndarray_bridge::pending` hands them to it without that. Every later
-//! offloaded op of the thread first waits for the reads still pending, so that a result does not hold its operands
-//! and staging memory for longer than one op. A read that fails falls back to computing the
+//! offloaded op of the thread first waits for the reads still pending, so that a result does
+//! not hold its operands and staging memory for longer than one op. A read that fails falls back to computing the
 //! result on the CPU from the operands kept for it (logged once; strict mode panics instead).
 
 use crate::fallback::{guarded, warn_once};
