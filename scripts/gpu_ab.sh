@@ -10,7 +10,8 @@
 # Settings: ROUNDS (default 3), AB_MODELS (default resnet20,mnist), AB_BATCH (default: the
 # bench's, 32 and 128 for ResNets, 64 for the MNIST net), AB_BACKENDS (default hetero),
 # AB_STEPS (default 20), DEADLINE (seconds since the start, default 560): no round starts
-# after it.
+# after it. AB_TORCH=1 first runs the PyTorch rows the goals are read against
+# ($dir/torch_baselines.py, copied there from ../shared/bench) into $OUT/torch.md.
 set -uo pipefail
 dir="$1"
 shift
@@ -31,6 +32,11 @@ for n in "${names[@]}"; do
     b="${n%%+*}"
     [ -x "/tmp/hetero-$b" ] || { xz -dc "$dir/hetero-$b.xz" > "/tmp/hetero-$b" && chmod +x "/tmp/hetero-$b"; } || exit 1
 done
+if [ -n "${AB_TORCH:-}" ]; then
+    timeout 120 python3 "$dir/torch_baselines.py" --threads 16 --models resnet20,mnist_net \
+        --variants cpu,study,gpu --steps 20 --no-bus --no-conv > "$final/torch.md" 2>&1
+    echo "[${SECONDS}s] PyTorch rows: rc $?"
+fi
 rounds="${ROUNDS:-3}"
 for r in $(seq 1 "$rounds"); do
     for n in "${names[@]}"; do
