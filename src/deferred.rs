@@ -12,8 +12,9 @@
 //! CubeCL's file-backed bytes read their file on first access). burn-ndarray's own borrow would
 //! touch them at once; `ndarray_bridge::pending` hands them to it without that. Every later
 //! offloaded op of the thread first waits for the reads still pending, so that a result does
-//! not hold its operands and staging memory for longer than one op. A read that fails falls back to computing the
-//! result on the CPU from the operands kept for it (logged once; strict mode panics instead).
+//! not hold its operands and staging memory for longer than one op. A read that fails falls
+//! back to computing the result on the CPU from the operands kept for it (logged once; strict
+//! mode panics instead).
 
 use crate::fallback::{guarded, warn_once};
 use burn_backend::{DType, Shape, TensorData};
@@ -167,16 +168,15 @@ impl AllocationController for Controller {
         // SAFETY: `&mut self` is the only way to the memory (see `ResultBytes`), and the
         // settled bytes are initialised.
         let bytes: &mut Bytes = unsafe { &mut *cell.0.get() };
-        let slice: &mut [u8] = bytes;
-        unsafe { core::slice::from_raw_parts_mut(slice.as_mut_ptr().cast(), slice.len()) }
+        // SAFETY: callers write only initialised bytes (the trait's contract).
+        unsafe { crate::memory::uninit_mut(bytes) }
     }
 
     fn memory(&self) -> &[MaybeUninit<u8>] {
         let cell = self.0.bytes();
         // SAFETY: shared access; writers need `&mut self` (see `memory_mut`).
         let bytes: &Bytes = unsafe { &*cell.0.get() };
-        let slice: &[u8] = bytes;
-        unsafe { core::slice::from_raw_parts(slice.as_ptr().cast(), slice.len()) }
+        crate::memory::uninit(bytes)
     }
 }
 

@@ -26,6 +26,7 @@ mod deferred;
 mod device;
 mod fallback;
 mod held;
+mod memory;
 pub mod norm;
 mod offload;
 mod ops;

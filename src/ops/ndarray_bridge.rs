@@ -384,16 +384,12 @@ impl<E: bytemuck::Pod + Send + Sync> AllocationController for Lent<E> {
         let Lent::Copied(values) = self else {
             unreachable!("a written buffer is a copy")
         };
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(values.as_mut_slice());
-        // SAFETY: the same memory viewed as possibly uninitialised bytes; callers write only
-        // initialised data (the trait's contract).
-        unsafe { core::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast(), bytes.len()) }
+        // SAFETY: callers write only initialised data (the trait's contract).
+        unsafe { crate::memory::uninit_mut(bytemuck::cast_slice_mut(values.as_mut_slice())) }
     }
 
     fn memory(&self) -> &[MaybeUninit<u8>] {
-        let bytes: &[u8] = bytemuck::cast_slice(self.values());
-        // SAFETY: initialised bytes viewed as possibly uninitialised ones.
-        unsafe { core::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len()) }
+        crate::memory::uninit(bytemuck::cast_slice(self.values()))
     }
 
     fn duplicate(&self) -> Option<Box<dyn AllocationController>> {
@@ -554,15 +550,12 @@ impl AllocationController for Template {
     }
 
     unsafe fn memory_mut(&mut self) -> &mut [MaybeUninit<u8>] {
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(self.0.as_mut_slice());
-        // SAFETY: initialised bytes viewed as possibly uninitialised ones.
-        unsafe { core::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast(), bytes.len()) }
+        // SAFETY: callers write only initialised data (the trait's contract).
+        unsafe { crate::memory::uninit_mut(bytemuck::cast_slice_mut(self.0.as_mut_slice())) }
     }
 
     fn memory(&self) -> &[MaybeUninit<u8>] {
-        let bytes: &[u8] = bytemuck::cast_slice(self.0.as_slice());
-        // SAFETY: initialised bytes viewed as possibly uninitialised ones.
-        unsafe { core::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len()) }
+        crate::memory::uninit(bytemuck::cast_slice(self.0.as_slice()))
     }
 
     fn duplicate(&self) -> Option<Box<dyn AllocationController>> {
