@@ -70,6 +70,15 @@ fn relu_backward<B: Backend>(bencher: Bencher) {
     bencher.bench_local(|| B::relu_backward(primitive(&output), primitive(&grad)));
 }
 
+/// The same on the MNIST net's hidden activation, `[64, 500]`: below the size that is split
+/// across threads.
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
+fn relu_backward_small<B: Backend>(bencher: Bencher) {
+    let output = burn::tensor::activation::relu(random::<B, 2>([64, 500]));
+    let grad = random::<B, 2>([64, 500]);
+    bencher.bench_local(|| B::relu_backward(primitive(&output), primitive(&grad)));
+}
+
 /// The residual add.
 #[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn add<B: Backend>(bencher: Bencher) {

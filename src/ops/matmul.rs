@@ -72,6 +72,21 @@ impl<'a> Matrix<'a> {
         })
     }
 
+    /// The transposed matrix when `transpose` is set (the same values read through exchanged
+    /// strides), else the matrix.
+    fn transposed_if(self, transpose: bool) -> Self {
+        if !transpose {
+            return self;
+        }
+        Self {
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+            ..self
+        }
+    }
+
     /// Pointer to element `(row, col)`; `row`/`col` may be one past the end of an empty range.
     fn at(&self, row: usize, col: usize) -> *const f32 {
         let index =
@@ -169,16 +184,34 @@ fn product(lhs: Matrix, rhs: Matrix, bias: Option<&[f32]>) -> Vec<f32> {
     })
 }
 
-/// `lhs · rhs (+ bias)` of burn-flex tensors, when `C` is burn-flex and both operands are
-/// rank-2 f32 matrices (and the bias a rank-1 f32 tensor of the output's width); the operands
-/// back otherwise.
+/// Which operands of a product are read transposed.
+#[derive(Clone, Copy)]
+struct Transposed {
+    lhs: bool,
+    rhs: bool,
+}
+
+/// Neither operand transposed.
+const AS_GIVEN: Transposed = Transposed {
+    lhs: false,
+    rhs: false,
+};
+
+/// `lhs · rhs (+ bias)` of burn-flex tensors, each operand read transposed where `transposed`
+/// says so, when `C` is burn-flex and both operands are rank-2 f32 matrices (and the bias a
+/// rank-1 f32 tensor of the output's width); the operands back, as given, otherwise.
+///
+/// The transposition is a matter of strides here, after the operands became burn-flex tensors:
+/// a transposed burn-ndarray view would be copied dense by the bridge first (the MNIST net's
+/// `[800, 500]` weight, 1.6 MB, on every input gradient of its first linear layer).
 #[allow(clippy::type_complexity)]
 fn flex_product<C: Backend>(
     lhs: FloatTensor<C>,
     rhs: FloatTensor<C>,
     bias: Option<FloatTensor<C>>,
+    transposed: Transposed,
 ) -> Result<FloatTensor<C>, (FloatTensor<C>, FloatTensor<C>, Option<FloatTensor<C>>)> {
-    if !(super::layout::is_flex::<C>() || large_on_ndarray::<C>(&lhs, &rhs)) {
+    if !(super::layout::is_flex::<C>() || large_on_ndarray::<C>(&lhs, &rhs, transposed)) {
         return Err((lhs, rhs, bias));
     }
     let into = |t: FloatTensor<C>| primitive_into_flex::<FloatTensor<C>>(t).ok();
@@ -194,8 +227,12 @@ fn flex_product<C: Backend>(
             .flatten()
             .map(|(s, e)| &b.storage::<f32>()[s..e])
     });
-    let result = match (Matrix::of(&lhs), Matrix::of(&rhs), bias_values) {
-        (Some(l), Some(r), bias)
+    let operands = (
+        Matrix::of(&lhs).map(|m| m.transposed_if(transposed.lhs)),
+        Matrix::of(&rhs).map(|m| m.transposed_if(transposed.rhs)),
+    );
+    let result = match (operands, bias_values) {
+        ((Some(l), Some(r)), bias)
             if l.cols == r.rows && bias.is_none_or(|b| b.is_some_and(|b| b.len() == r.cols)) =>
         {
             let shape = Shape::new([l.rows, r.cols]);
@@ -221,15 +258,29 @@ fn flex_product<C: Backend>(
 /// blocks here through the bridge. burn-ndarray runs a 2D product as one `matrixmultiply` call;
 /// small ones (a ResNet's classifier) stay its own, bit for bit. Empty ones come here too:
 /// burn-ndarray's divides by the matrix size and panics on them (an empty batch).
-fn large_on_ndarray<C: Backend>(lhs: &FloatTensor<C>, rhs: &FloatTensor<C>) -> bool {
+fn large_on_ndarray<C: Backend>(
+    lhs: &FloatTensor<C>,
+    rhs: &FloatTensor<C>,
+    transposed: Transposed,
+) -> bool {
     use burn_backend::TensorMetadata;
     let (l, r) = (lhs.shape(), rhs.shape());
-    super::layout::is_ndarray::<C>()
+    if !(super::layout::is_ndarray::<C>()
         && lhs.dtype() == DType::F32
         && rhs.dtype() == DType::F32
         && l.num_dims() == 2
-        && r.num_dims() == 2
-        && matches!(l[0] * l[1] * r[1], 0 | NDARRAY_MIN_MACS..)
+        && r.num_dims() == 2)
+    {
+        return false;
+    }
+    // `[m, k] · [k, n]` as the operands are read.
+    let (m, k) = if transposed.lhs {
+        (l[1], l[0])
+    } else {
+        (l[0], l[1])
+    };
+    let n = if transposed.rhs { r[0] } else { r[1] };
+    matches!(m * k * n, 0 | NDARRAY_MIN_MACS..)
 }
 
 /// `x` as a matrix: every leading dimension folded into the rows.
@@ -251,7 +302,7 @@ pub(crate) fn linear<C: Backend>(
     let mut out_shape = x_shape.clone();
     let last = out_shape.num_dims() - 1;
     out_shape[last] = burn_backend::TensorMetadata::shape(&weight)[1];
-    match flex_product::<C>(as_matrix::<C>(x), weight, bias) {
+    match flex_product::<C>(as_matrix::<C>(x), weight, bias, AS_GIVEN) {
         Ok(out) => super::layout::float_reshape::<C>(out, out_shape),
         Err((x, weight, bias)) => {
             C::linear(super::layout::float_reshape::<C>(x, x_shape), weight, bias)
@@ -269,14 +320,14 @@ pub(crate) fn linear_x_backward<C: Backend>(
     let last = x_shape.num_dims() - 1;
     x_shape[last] = burn_backend::TensorMetadata::shape(&weight)[0];
     let grad_shape = burn_backend::TensorMetadata::shape(&output_grad);
-    match flex_product::<C>(
-        as_matrix::<C>(output_grad),
-        C::float_swap_dims(weight, 0, 1),
-        None,
-    ) {
+    let weight_t = Transposed {
+        lhs: false,
+        rhs: true,
+    };
+    match flex_product::<C>(as_matrix::<C>(output_grad), weight, None, weight_t) {
         Ok(grad) => super::layout::float_reshape::<C>(grad, x_shape),
-        Err((output_grad, weight_t, _)) => C::linear_x_backward(
-            C::float_swap_dims(weight_t, 0, 1),
+        Err((output_grad, weight, _)) => C::linear_x_backward(
+            weight,
             super::layout::float_reshape::<C>(output_grad, grad_shape),
         ),
     }
@@ -292,14 +343,14 @@ pub(crate) fn linear_weight_backward<C: Backend>(
         burn_backend::TensorMetadata::shape(&x),
         burn_backend::TensorMetadata::shape(&output_grad),
     );
-    match flex_product::<C>(
-        C::float_swap_dims(as_matrix::<C>(x), 0, 1),
-        as_matrix::<C>(output_grad),
-        None,
-    ) {
+    let x_t = Transposed {
+        lhs: true,
+        rhs: false,
+    };
+    match flex_product::<C>(as_matrix::<C>(x), as_matrix::<C>(output_grad), None, x_t) {
         Ok(grad) => grad,
-        Err((x_t, output_grad, _)) => C::linear_weight_backward(
-            super::layout::float_reshape::<C>(C::float_swap_dims(x_t, 0, 1), x_shape),
+        Err((x, output_grad, _)) => C::linear_weight_backward(
+            super::layout::float_reshape::<C>(x, x_shape),
             super::layout::float_reshape::<C>(output_grad, grad_shape),
         ),
     }
