@@ -654,13 +654,9 @@ fn dense_values(tensor: &FlexTensor) -> Option<std::borrow::Cow<'_, [f32]>> {
         Some((start, end)) => Some(std::borrow::Cow::Borrowed(
             &tensor.storage::<f32>()[start..end],
         )),
-        None => {
-            let copy = super::layout::block_copy(tensor).unwrap_or_else(|| tensor.to_contiguous());
-            let (start, end) = copy.layout().contiguous_offsets()?;
-            Some(std::borrow::Cow::Owned(
-                copy.storage::<f32>()[start..end].to_vec(),
-            ))
-        }
+        None => Some(std::borrow::Cow::Owned(
+            super::layout::flex_strided_values::<f32>(tensor),
+        )),
     }
 }
 

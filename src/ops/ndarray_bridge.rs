@@ -27,18 +27,10 @@ use burn_std::{AllocationController, AllocationProperty, Bytes, Shape};
 use core::mem::MaybeUninit;
 use core::ptr::NonNull;
 use ndarray::{ArcArray, ArrayView, IxDyn, SliceInfoElem};
-use rayon::prelude::*;
 use std::sync::Mutex;
 
-/// Below this many values a copy stays on one thread.
-const PARALLEL_COPY_MIN: usize = 1 << 16;
-
-/// Values per rayon task of a copy at least.
-const COPY_CHUNK: usize = 1 << 14;
-
-/// Leading blocks a strided copy is cut into at least (when the shape has that many), so that
-/// every thread of a 16-core pool gets a few.
-const COPY_BLOCKS: usize = 64;
+use super::layout::strided_values;
+pub(crate) use super::layout::{PARALLEL_COPY_MIN, copied};
 
 /// `tensor` as a burn-flex tensor of the same dtype and shape; given back when it is not a
 /// numeric array.
@@ -589,123 +581,14 @@ pub(crate) fn read_back_memory(address: usize, bytes: usize) -> Option<std::sync
         .map(|(_, _, m)| m.clone())
 }
 
-/// `values` in a new `Vec`, copied across rayon's threads when there are many: a single-threaded
-/// copy of a 2 MB read-back result took about 0.3 ms on the H200's host, a memory-bound pass
-/// that more threads share.
-pub(crate) fn copied<E: Copy + Send + Sync>(values: &[E]) -> Vec<E> {
-    if values.len() < PARALLEL_COPY_MIN {
-        return values.to_vec();
-    }
-    super::elementwise::filled(values.len(), |out| {
-        out.par_chunks_mut(COPY_CHUNK)
-            .zip(values.par_chunks(COPY_CHUNK))
-            .for_each(|(out, values)| {
-                for (o, &v) in out.iter_mut().zip(values) {
-                    o.write(v);
-                }
-            })
-    })
-}
-
-/// The values of `view` in standard (row-major) order, copied across rayon's threads when there
-/// are many: a task per block of the leading dims, each walking its block's strides with loops
-/// of its own (ndarray's iterator over a dynamic-rank strided view costs tens of nanoseconds a
-/// value: 1.4 ms for ResNet's every-second-pixel slice at batch 128 on 16 cores).
+/// The values of `view` in standard (row-major) order (see [`strided_values`]).
 pub(crate) fn dense_values<E: Copy + Send + Sync>(view: ArrayView<'_, E, IxDyn>) -> Vec<E> {
     if let Some(values) = view.as_slice() {
         return copied(values);
     }
-    let n = view.len();
-    if n == 0 {
-        return Vec::new();
-    }
-    let shape = view.shape().to_vec();
-    let strides = view.strides().to_vec();
-    let (mut lead, mut blocks) = (0, 1);
-    if n >= PARALLEL_COPY_MIN {
-        while lead + 1 < shape.len() && blocks < COPY_BLOCKS {
-            blocks *= shape[lead];
-            lead += 1;
-        }
-    }
-    let block = n / blocks;
-    let base = SendPtr(view.as_ptr());
-    super::elementwise::filled(n, |out| {
-        let run = |(index, out): (usize, &mut [MaybeUninit<E>])| {
-            // The block's first value: `index` spelled out over the leading dims.
-            let (mut rest, mut offset) = (index, 0isize);
-            for d in (0..lead).rev() {
-                offset += (rest % shape[d]) as isize * strides[d];
-                rest /= shape[d];
-            }
-            // SAFETY: `offset` and every offset `gather` adds stay inside the view (indices
-            // below its shape times its strides), whose values live as long as `view`.
-            unsafe {
-                gather(
-                    base.get().offset(offset),
-                    &shape[lead..],
-                    &strides[lead..],
-                    out,
-                )
-            };
-        };
-        if blocks == 1 {
-            run((0, out));
-        } else {
-            out.par_chunks_mut(block)
-                .with_min_len(COPY_CHUNK.div_ceil(block))
-                .enumerate()
-                .for_each(run);
-        }
-    })
-}
-
-/// A view's first value, shared by the tasks that read disjoint blocks of it.
-#[derive(Clone, Copy)]
-struct SendPtr<E>(*const E);
-// SAFETY: the tasks only read through it, while the view it came from is borrowed.
-unsafe impl<E: Sync> Send for SendPtr<E> {}
-unsafe impl<E: Sync> Sync for SendPtr<E> {}
-
-impl<E> SendPtr<E> {
-    /// The address (a method, so that closures capture the whole `Send` wrapper).
-    fn get(self) -> *const E {
-        self.0
-    }
-}
-
-/// Writes the values at `src` + multi-index · `strides` over `shape`, in row-major order, into
-/// `out` (as many slots as `shape` has values).
-///
-/// # Safety
-///
-/// Every such address must be a readable, initialised `E`.
-unsafe fn gather<E: Copy>(
-    src: *const E,
-    shape: &[usize],
-    strides: &[isize],
-    out: &mut [MaybeUninit<E>],
-) {
-    match shape {
-        [] => {
-            // SAFETY: the caller's contract.
-            out[0].write(unsafe { *src });
-        }
-        [len] => {
-            let stride = strides[0];
-            for (i, o) in out[..*len].iter_mut().enumerate() {
-                // SAFETY: index `i` is below the dim's length.
-                o.write(unsafe { *src.offset(i as isize * stride) });
-            }
-        }
-        [len, inner @ ..] => {
-            let size = out.len() / len.max(&1);
-            for (i, o) in out.chunks_mut(size.max(1)).take(*len).enumerate() {
-                // SAFETY: index `i` is below the dim's length; the rest is the caller's contract.
-                unsafe { gather(src.offset(i as isize * strides[0]), inner, &strides[1..], o) };
-            }
-        }
-    }
+    // SAFETY: every multi-index below the view's shape, times its strides, addresses one of
+    // its values, which live as long as `view`.
+    unsafe { strided_values(view.as_ptr(), view.shape(), view.strides()) }
 }
 
 /// burn-ndarray's `float_slice` of a large f32 array, its values copied across threads; the
