@@ -256,6 +256,48 @@ fn a_reshape_keeps_the_buffer() {
     assert_eq!(y.into_data().to_vec::<f32>().unwrap(), values);
 }
 
+/// A reshape of permuted views (batch norm's gradient form, a transpose of the inner dims, a
+/// reversed dim) gives burn-ndarray's values in burn-ndarray's order: the view is copied dense
+/// across threads first, and the original is unchanged.
+#[test]
+fn a_reshape_of_a_permuted_view_is_burn_ndarrays() {
+    let mut rng = rng_for("bridge permuted reshape");
+    let values = random_vec(&mut rng, SHAPE.iter().product(), -2.0, 2.0);
+    let flat = [SHAPE[0] * SHAPE[1], SHAPE[2] * SHAPE[3]];
+    type Views = [(&'static str, fn(Tensor<H, 4>) -> Tensor<H, 4>); 3];
+    let views: Views = [
+        ("dims 0 and 1 swapped", |t| t.swap_dims(0, 1)),
+        ("dims 2 and 3 swapped", |t| t.swap_dims(2, 3)),
+        ("dim 3 reversed", |t| t.flip([3])),
+    ];
+    // The same views on burn-ndarray, in the same order.
+    type NdViews = [fn(Tensor<burn_ndarray::NdArray, 4>) -> Tensor<burn_ndarray::NdArray, 4>; 3];
+    let nd_views: NdViews = [
+        |t| t.swap_dims(0, 1),
+        |t| t.swap_dims(2, 3),
+        |t| t.flip([3]),
+    ];
+    for ((name, view), nd_view) in views.into_iter().zip(nd_views) {
+        let x = Tensor::<H, 4>::from_data(TensorData::new(values.clone(), SHAPE), &device());
+        let reshaped = view(x.clone()).reshape(flat);
+        let nd = Tensor::<burn_ndarray::NdArray, 4>::from_data(
+            TensorData::new(values.clone(), SHAPE),
+            &Default::default(),
+        );
+        let want = nd_view(nd)
+            .reshape(flat)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        assert_eq!(
+            reshaped.into_data().to_vec::<f32>().unwrap(),
+            want,
+            "{name}"
+        );
+        assert_eq!(x.into_data().to_vec::<f32>().unwrap(), values, "{name}");
+    }
+}
+
 /// Large f32 binary ops, broadcasts among them, run on the threaded passes: burn-ndarray's bits
 /// for same shapes, a column (an average pool's backward), a channel vector (batch norm's form)
 /// and a broadcast operand on the left of the non-commutative ops.
