@@ -29,8 +29,7 @@ use core::ptr::NonNull;
 use ndarray::{ArcArray, ArrayView, IxDyn, SliceInfoElem};
 use std::sync::Mutex;
 
-use super::layout::strided_values;
-pub(crate) use super::layout::{PARALLEL_COPY_MIN, copied};
+use super::layout::{PARALLEL_COPY_MIN, copied, strided_values};
 
 /// `tensor` as a burn-flex tensor of the same dtype and shape; given back when it is not a
 /// numeric array.
