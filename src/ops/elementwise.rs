@@ -58,25 +58,27 @@ pub(crate) fn binary<C: Backend>(
     rhs: FloatTensor<C>,
 ) -> Result<FloatTensor<C>, (FloatTensor<C>, FloatTensor<C>)> {
     match kind {
-        BinaryKind::Add => binary_with::<C>(lhs, rhs, |a, b| a + b),
-        BinaryKind::Sub => binary_with::<C>(lhs, rhs, |a, b| a - b),
-        BinaryKind::Mul => binary_with::<C>(lhs, rhs, |a, b| a * b),
-        BinaryKind::Div => binary_with::<C>(lhs, rhs, |a, b| a / b),
+        BinaryKind::Add => binary_with::<C>(lhs, rhs, PARALLEL_MIN, |a, b| a + b),
+        BinaryKind::Sub => binary_with::<C>(lhs, rhs, PARALLEL_MIN, |a, b| a - b),
+        BinaryKind::Mul => binary_with::<C>(lhs, rhs, PARALLEL_MIN, |a, b| a * b),
+        BinaryKind::Div => binary_with::<C>(lhs, rhs, PARALLEL_MIN, |a, b| a / b),
     }
 }
 
-/// `op(lhs, rhs)` element by element, as [`binary`] does for the four arithmetic ops.
+/// `op(lhs, rhs)` element by element, as [`binary`] does for the four arithmetic ops, for
+/// results of at least `min` elements (those below [`PARALLEL_MIN`] on this thread alone).
 #[allow(clippy::type_complexity)]
 fn binary_with<C: Backend>(
     lhs: FloatTensor<C>,
     rhs: FloatTensor<C>,
+    min: usize,
     op: impl Fn(f32, f32) -> f32 + Sync,
 ) -> Result<FloatTensor<C>, (FloatTensor<C>, FloatTensor<C>)> {
     let (lhs, rhs) = match (into_flex::<C>(lhs), into_flex::<C>(rhs)) {
         (Ok(l), Ok(r)) => (l, r),
         (l, r) => return Err((back::<C>(l), back::<C>(r))),
     };
-    run(lhs, rhs, op)
+    run(lhs, rhs, min, op)
         .map(from_flex::<C>)
         .map_err(|(l, r)| (from_flex::<C>(l), from_flex::<C>(r)))
 }
@@ -158,67 +160,23 @@ pub(crate) fn relu<C: Backend>(tensor: FloatTensor<C>) -> FloatTensor<C> {
 }
 
 /// ReLU's backward: the gradient where the output is positive, else 0 (as burn-flex computes it).
+///
+/// On burn-ndarray small operands are taken too, on this thread: its ReLU backward is a
+/// comparison, then a mask fill that walks its arrays through dynamic-rank iterators, 0.125 ms
+/// for the MNIST net's `[64, 500]` against burn-flex's 0.013 (H100 host, `--profile`), 0.11 ms of
+/// the 0.36 ms by which burn-ndarray's step of that net trailed burn-flex's.
 pub(crate) fn relu_backward<C: Backend>(
     output: FloatTensor<C>,
     grad: FloatTensor<C>,
 ) -> FloatTensor<C> {
-    let mask = |o: f32, g: f32| if o > 0.0 { g } else { 0.0 };
-    let (output, grad) = (contiguous::<C>(output), contiguous::<C>(grad));
-    let (output, grad) = if super::layout::is_ndarray::<C>() {
-        match small_same_shape::<C>(output, grad, mask) {
-            Ok(result) => return result,
-            Err(operands) => operands,
-        }
+    let min = if super::layout::is_ndarray::<C>() {
+        0
     } else {
-        (output, grad)
+        PARALLEL_MIN
     };
-    binary_with::<C>(output, grad, mask).unwrap_or_else(|(o, g)| C::relu_backward(o, g))
-}
-
-/// `op(lhs, rhs)` element by element on this thread, for contiguous f32 operands of one shape
-/// with fewer than [`PARALLEL_MIN`] elements (in place when the right operand's buffer is its
-/// own); the operands back otherwise.
-///
-/// burn-ndarray's ReLU backward is a comparison, then a mask fill that walks its arrays through
-/// dynamic-rank iterators: 0.125 ms for the MNIST net's `[64, 500]` against burn-flex's 0.013
-/// (H100 host, `--profile`): 0.11 ms of the 0.36 ms by which burn-ndarray's step of that net
-/// trailed burn-flex's.
-#[allow(clippy::type_complexity)]
-fn small_same_shape<C: Backend>(
-    lhs: FloatTensor<C>,
-    rhs: FloatTensor<C>,
-    op: impl Fn(f32, f32) -> f32,
-) -> Result<FloatTensor<C>, (FloatTensor<C>, FloatTensor<C>)> {
-    let (lhs, mut rhs) = match (into_flex::<C>(lhs), into_flex::<C>(rhs)) {
-        (Ok(l), Ok(r)) => (l, r),
-        (l, r) => return Err((back::<C>(l), back::<C>(r))),
-    };
-    let n = lhs.layout().num_elements();
-    let ranges = (
-        lhs.layout().contiguous_offsets(),
-        rhs.layout().contiguous_offsets(),
-    );
-    let (Some(l_range), Some(r_range)) = ranges else {
-        return Err((from_flex::<C>(lhs), from_flex::<C>(rhs)));
-    };
-    if lhs.layout().shape() != rhs.layout().shape()
-        || lhs.dtype() != DType::F32
-        || rhs.dtype() != DType::F32
-        || n >= PARALLEL_MIN
-    {
-        return Err((from_flex::<C>(lhs), from_flex::<C>(rhs)));
-    }
-    if r_range.0 == 0 && writable(&rhs) {
-        let a = &lhs.storage::<f32>()[l_range.0..l_range.1];
-        let b = &mut rhs.storage_mut::<f32>()[..n];
-        b.iter_mut().zip(a).for_each(|(b, &a)| *b = op(a, *b));
-        return Ok(from_flex::<C>(rhs));
-    }
-    let a = &lhs.storage::<f32>()[l_range.0..l_range.1];
-    let b = &rhs.storage::<f32>()[r_range.0..r_range.1];
-    let out = a.iter().zip(b).map(|(&a, &b)| op(a, b)).collect();
-    let shape = lhs.layout().shape().clone();
-    Ok(from_flex::<C>(dense(out, shape)))
+    let (output, grad) = (contiguous::<C>(output), contiguous::<C>(grad));
+    binary_with::<C>(output, grad, min, |o, g| if o > 0.0 { g } else { 0.0 })
+        .unwrap_or_else(|(o, g)| C::relu_backward(o, g))
 }
 
 fn back<C: Backend>(tensor: Result<FlexTensor, FloatTensor<C>>) -> FloatTensor<C> {
@@ -262,6 +220,7 @@ fn form(lhs: &Shape, rhs: &Shape) -> Option<Form> {
 fn run(
     mut lhs: FlexTensor,
     rhs: FlexTensor,
+    min: usize,
     op: impl Fn(f32, f32) -> f32 + Sync,
 ) -> Result<FlexTensor, (FlexTensor, FlexTensor)> {
     let (ls, rs) = (lhs.layout().shape().clone(), rhs.layout().shape().clone());
@@ -282,17 +241,20 @@ fn run(
     ) else {
         return Err((lhs, rhs));
     };
-    if lhs.dtype() != DType::F32 || rhs.dtype() != DType::F32 || n < PARALLEL_MIN {
+    if lhs.dtype() != DType::F32 || rhs.dtype() != DType::F32 || n < min {
         return Err((lhs, rhs));
     }
+    // Below the threaded size one chunk covers the whole: rayon runs a single piece on the
+    // calling thread, without handing it to the pool.
+    let chunk = if n < PARALLEL_MIN { n.max(1) } else { CHUNK };
     match form {
         Form::Same => {
             // In place when an operand's buffer is ours alone (burn-flex: the left one only).
             if l_range.0 == 0 && writable(&lhs) {
                 let b = &rhs.storage::<f32>()[r_range.0..r_range.1];
                 let a = &mut lhs.storage_mut::<f32>()[..n];
-                a.par_chunks_mut(CHUNK)
-                    .zip(b.par_chunks(CHUNK))
+                a.par_chunks_mut(chunk)
+                    .zip(b.par_chunks(chunk))
                     .for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, &b)| *a = op(*a, b)));
                 return Ok(lhs);
             }
@@ -300,16 +262,16 @@ fn run(
                 let mut rhs = rhs;
                 let a = &lhs.storage::<f32>()[l_range.0..l_range.1];
                 let b = &mut rhs.storage_mut::<f32>()[..n];
-                b.par_chunks_mut(CHUNK)
-                    .zip(a.par_chunks(CHUNK))
+                b.par_chunks_mut(chunk)
+                    .zip(a.par_chunks(chunk))
                     .for_each(|(b, a)| b.iter_mut().zip(a).for_each(|(b, &a)| *b = op(a, *b)));
                 return Ok(rhs);
             }
             let a = &lhs.storage::<f32>()[l_range.0..l_range.1];
             let b = &rhs.storage::<f32>()[r_range.0..r_range.1];
             let out = filled(n, |out| {
-                out.par_chunks_mut(CHUNK)
-                    .zip(a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK)))
+                out.par_chunks_mut(chunk)
+                    .zip(a.par_chunks(chunk).zip(b.par_chunks(chunk)))
                     .for_each(|(o, (a, b))| {
                         let (a, b) = (&a[..o.len()], &b[..o.len()]);
                         for i in 0..o.len() {
@@ -327,7 +289,7 @@ fn run(
             };
             let full = &full.storage::<f32>()[full_range.0..full_range.1];
             let column = &column.storage::<f32>()[column_range.0..column_range.1];
-            let rows_per_task = CHUNK.div_ceil(k);
+            let rows_per_task = chunk.div_ceil(k);
             let out = filled(n, |out| {
                 out.par_chunks_mut(k)
                     .zip(full.par_chunks(k))
