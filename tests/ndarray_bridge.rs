@@ -107,23 +107,33 @@ fn declined_operands_come_back_as_they_were() {
     assert_eq!(values_of(kept), values);
 }
 
-/// A strided array (a transposed view) is copied dense before the threaded pass: burn-ndarray's
-/// values, and the array it views left as it was.
+/// The strided views the copy walks: a transposed one (no dense run), a channel range (dense
+/// planes, each one run), both spatial dims flipped (one run at stride -1) and a batch range
+/// with every second channel.
+fn strided_views<B: burn::tensor::backend::Backend>(x: Tensor<B, 4>) -> Vec<Tensor<B, 4>> {
+    use burn::tensor::Slice;
+    vec![
+        x.clone().swap_dims(1, 3),
+        x.clone().slice([Slice::full(), Slice::new(4, Some(12), 1)]),
+        x.clone().flip([2, 3]),
+        x.slice([Slice::new(1, Some(3), 1), Slice::new(0, None, 2)]),
+    ]
+}
+
+/// A strided array is copied dense before the threaded pass: burn-ndarray's values, and the
+/// array it views left as it was.
 #[test]
 fn strided_arrays_are_copied_dense_first() {
     let mut rng = rng_for("bridge strided");
     let values = random_vec(&mut rng, SHAPE.iter().product(), -2.0, 2.0);
     let x = Tensor::<H, 4>::from_data(TensorData::new(values.clone(), SHAPE), &device());
     let reference = Tensor::<N, 4>::from_data(TensorData::new(values.clone(), SHAPE), &device());
-    let got = relu(x.clone().swap_dims(1, 3))
-        .into_data()
-        .to_vec::<f32>()
-        .unwrap();
-    let expected = relu(reference.swap_dims(1, 3))
-        .into_data()
-        .to_vec::<f32>()
-        .unwrap();
-    assert_eq!(got, expected);
+    let views = strided_views(x.clone()).into_iter();
+    for (i, (view, expected)) in views.zip(strided_views(reference)).enumerate() {
+        let got = relu(view).into_data().to_vec::<f32>().unwrap();
+        let expected = relu(expected).into_data().to_vec::<f32>().unwrap();
+        assert_eq!(got, expected, "view {i}");
+    }
     assert_eq!(x.into_data().to_vec::<f32>().unwrap(), values);
 }
 

@@ -121,6 +121,19 @@ fn reshape_permuted<B: Backend>(bencher: Bencher) {
     });
 }
 
+/// A ReLU of half the channels of a `[32, 32, 32, 32]` tensor: a view whose planes are dense
+/// runs of 16 × 32 × 32 values, copied before the pass.
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
+fn relu_channel_slice<B: Backend>(bencher: Bencher) {
+    let t = random::<B, 4>([SHAPE[0], 2 * SHAPE[1], SHAPE[2], SHAPE[3]]).slice([
+        Slice::from(..),
+        Slice::from(0..SHAPE[1]),
+        Slice::from(..),
+        Slice::from(..),
+    ]);
+    bencher.bench_local(|| burn::tensor::activation::relu(t.clone()));
+}
+
 /// The convs of a ResNet20 step placed on the CPU: its first stage's 3×3 conv (`[32, 16, 32,
 /// 32]`, 16 filters, padding 1), the stride-2 conv into the second stage, and a last-stage conv
 /// (`[32, 64, 8, 8]`). burn-ndarray and burn-flex run their own ops; `Hetero`, its convs placed
