@@ -121,8 +121,9 @@ fn reshape_permuted<B: Backend>(bencher: Bencher) {
     });
 }
 
-/// A ReLU of half the channels of a `[32, 32, 32, 32]` tensor: a view whose planes are dense
-/// runs of 16 × 32 × 32 values, copied before the pass.
+/// A ReLU of half the channels of a `[32, 32, 32, 32]` tensor. burn-flex's slice is a view
+/// (planes of 16 × 32 × 32 dense values) that `Hetero<Flex, _>` copies before each pass;
+/// `Hetero<NdArray, _>`'s slice is a dense copy already, made outside the timed loop.
 #[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
 fn relu_channel_slice<B: Backend>(bencher: Bencher) {
     let t = random::<B, 4>([SHAPE[0], 2 * SHAPE[1], SHAPE[2], SHAPE[3]]).slice([
