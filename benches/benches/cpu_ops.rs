@@ -1,7 +1,8 @@
 //! The CPU ops of a ResNet20 training step on burn-ndarray, burn-flex, `Hetero<Flex, _>`, which
 //! replaces several of burn-flex's with threaded or fused passes (`src/ops/`), and
 //! `Hetero<NdArray, _>`, which runs the same passes on burn-ndarray's arrays. Shapes are
-//! the first stage's at batch 32 (`[32, 16, 32, 32]`), and the MNIST net's for the scalar scale
+//! the first stage's at batch 32 (`[32, 16, 32, 32]`; the fused batch norm passes at all three
+//! stages' shapes), and the MNIST net's for the scalar scale
 //! and the pooling (and its linear layer); every op gets operands held elsewhere too, as in a training step, so none
 //! runs in place.
 //!
@@ -24,6 +25,18 @@ type HeteroNdArray = burn_hetero::Hetero<NdArray, burn_hetero::CudaAccelerator>;
 
 const SHAPE: [usize; 4] = [32, 16, 32, 32];
 const EPSILON: f64 = 1e-5;
+
+/// ResNet20's three stages at batch 32: the activations its batch norms see.
+const STAGES: [&str; 3] = ["32x16x32x32", "32x32x16x16", "32x64x8x8"];
+
+fn stage_shape(stage: &str) -> [usize; 4] {
+    match stage {
+        "32x16x32x32" => [32, 16, 32, 32],
+        "32x32x16x16" => [32, 32, 16, 16],
+        "32x64x8x8" => [32, 64, 8, 8],
+        other => panic!("unknown stage {other}"),
+    }
+}
 
 fn main() {
     divan::main();
@@ -223,10 +236,11 @@ fn batch_norm_backward<B: BatchNormBackend>(bencher: Bencher) {
 /// `relu(batch_norm(x) + residual)`, the end of a ResNet block: one fused pass on `Hetero`, the
 /// batch norm, an add and a ReLU on the others (compare with `batch_norm_forward` + `add` +
 /// `relu`).
-#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray])]
-fn batch_norm_relu_forward<B: BatchNormBackend>(bencher: Bencher) {
-    let (x, residual) = (random::<B, 4>(SHAPE), random::<B, 4>(SHAPE));
-    let (gamma, beta) = (random::<B, 1>([SHAPE[1]]), random::<B, 1>([SHAPE[1]]));
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray], args = STAGES)]
+fn batch_norm_relu_forward<B: BatchNormBackend>(bencher: Bencher, stage: &str) {
+    let shape = stage_shape(stage);
+    let (x, residual) = (random::<B, 4>(shape), random::<B, 4>(shape));
+    let (gamma, beta) = (random::<B, 1>([shape[1]]), random::<B, 1>([shape[1]]));
     bencher.bench_local(|| {
         B::batch_norm_relu_train(
             primitive(&x),
@@ -240,10 +254,15 @@ fn batch_norm_relu_forward<B: BatchNormBackend>(bencher: Bencher) {
 
 /// Its backward, with and without the residual's gradient: ReLU's backward a pass of the same
 /// op on `Hetero` (compare with `batch_norm_backward` + `relu_backward`).
-#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray], args = [false, true])]
-fn batch_norm_relu_backward<B: BatchNormBackend>(bencher: Bencher, keep_residual_grad: bool) {
-    let (x, residual) = (random::<B, 4>(SHAPE), random::<B, 4>(SHAPE));
-    let (gamma, beta) = (random::<B, 1>([SHAPE[1]]), random::<B, 1>([SHAPE[1]]));
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray], consts = [false, true], args = STAGES)]
+fn batch_norm_relu_backward<B: BatchNormBackend, const KEEP_RESIDUAL_GRAD: bool>(
+    bencher: Bencher,
+    stage: &str,
+) {
+    let shape = stage_shape(stage);
+    let keep_residual_grad = KEEP_RESIDUAL_GRAD;
+    let (x, residual) = (random::<B, 4>(shape), random::<B, 4>(shape));
+    let (gamma, beta) = (random::<B, 1>([shape[1]]), random::<B, 1>([shape[1]]));
     let forward = B::batch_norm_relu_train(
         primitive(&x),
         primitive(&gamma),
@@ -251,7 +270,7 @@ fn batch_norm_relu_backward<B: BatchNormBackend>(bencher: Bencher, keep_residual
         Some(primitive(&residual)),
         EPSILON,
     );
-    let grad = random::<B, 4>(SHAPE);
+    let grad = random::<B, 4>(shape);
     bencher.bench_local(|| {
         B::batch_norm_relu_train_backward(
             primitive(&x),

@@ -12,8 +12,30 @@ use burn_flex::FlexTensor;
 use burn_std::Shape;
 use rayon::prelude::*;
 
-/// Values per rayon task at least, when planes are short.
+/// Values per rayon task at least, when planes are short, by default.
 const MIN_TASK: usize = 1 << 12;
+
+/// Environment variable setting the fewest values per rayon task (256 to 16 777 216), to
+/// measure task sizes against each other: on many cores a task of a few microseconds costs
+/// about as much to hand out and join as it takes to run.
+const ENV_MIN_TASK: &str = "BURN_HETERO_MIN_TASK";
+
+/// Values per rayon task at least: [`MIN_TASK`], or as [`ENV_MIN_TASK`] sets (read once).
+fn min_task() -> usize {
+    static VALUES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *VALUES.get_or_init(|| {
+        let Ok(v) = std::env::var(ENV_MIN_TASK) else {
+            return MIN_TASK;
+        };
+        match v.trim().parse::<usize>() {
+            Ok(n) if (256..=1 << 24).contains(&n) => n,
+            _ => {
+                log::warn!("{ENV_MIN_TASK}={v}: expected 256 to 16777216; using {MIN_TASK}");
+                MIN_TASK
+            }
+        }
+    })
+}
 
 /// An `[batch, channels, ...]` f32 tensor's values as `batch · channels` planes.
 pub(crate) struct Planes {
@@ -43,7 +65,7 @@ impl Planes {
 
     /// Planes per rayon task, so that short planes are not one task each.
     pub(crate) fn min_planes(&self) -> usize {
-        (MIN_TASK / self.len.max(1)).max(1)
+        (min_task() / self.len.max(1)).max(1)
     }
 
     /// `sums(plane, channel)` (`N` sums) for every plane across threads, added up per channel
