@@ -10,7 +10,7 @@
 //!   its profile off and on (unsynced, as `hetero train --profile-unsynced`): what the decorator
 //!   and the profile's bookkeeping add to burn-flex.
 //! - `hetero_ndarray_cpu`: the same with burn-ndarray as the CPU backend, its arrays handed to
-//!   `Hetero`'s CPU passes and back.
+//!   `Hetero`'s CPU passes and back, with its profile off and on.
 //! - `hetero_cuda`: the default placements (convs offloaded to CUDA), at 1×4×4 and 32×32×32,
 //!   the loop on a thread of rayon's pool or outside it; skipped, with a line that says so,
 //!   where there is no CUDA device. The profiled run prints the profile: conv phases, CPU ops
@@ -104,11 +104,14 @@ fn hetero_cpu(bencher: Bencher, profiled: bool) {
 }
 
 /// `Hetero<NdArray, _>` with every op on the CPU: what handing burn-ndarray's arrays to the
-/// fused passes and back costs where the activations are a few values (compare with `ndarray`).
-#[divan::bench]
-fn hetero_ndarray_cpu(bencher: Bencher) {
+/// fused passes and back costs where the activations are a few values (compare with `ndarray`,
+/// and its profile, op by op, with `hetero_cpu`'s); `true` with an unsynced profile recording.
+#[divan::bench(args = [false, true])]
+fn hetero_ndarray_cpu(bencher: Bencher, profiled: bool) {
     HeteroNdArray::configure(&Default::default(), HeteroConfig::cpu_only());
-    train_step::<Autodiff<HeteroNdArray>>(bencher, TINY, false);
+    with_profile(profiled, || {
+        train_step::<Autodiff<HeteroNdArray>>(bencher, TINY, false)
+    });
 }
 
 /// The default placements: convs on CUDA, f16 forward and bf16 gradients; the loop on a pool
