@@ -42,6 +42,7 @@ mod stats;
 pub mod sums;
 #[cfg(feature = "trace-ops")]
 mod trace;
+mod tuning;
 mod uploads;
 mod wake;
 #[cfg(feature = "trace-ops")]

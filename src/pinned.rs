@@ -48,19 +48,7 @@ const ENV_SLOT_KIB: &str = "BURN_HETERO_STAGING_CHUNK_KIB";
 fn slot_bytes() -> usize {
     static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *BYTES.get_or_init(|| {
-        let Ok(v) = std::env::var(ENV_SLOT_KIB) else {
-            return SLOT_BYTES;
-        };
-        match v.trim().parse::<usize>() {
-            Ok(kib) if (64..=65_536).contains(&kib) => kib << 10,
-            _ => {
-                log::warn!(
-                    "{ENV_SLOT_KIB}={v}: expected KiB from 64 to 65536; using {}",
-                    SLOT_BYTES >> 10
-                );
-                SLOT_BYTES
-            }
-        }
+        crate::tuning::usize_from_env(ENV_SLOT_KIB, "KiB", 64..=65_536, SLOT_BYTES >> 10) << 10
     })
 }
 

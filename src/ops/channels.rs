@@ -12,28 +12,22 @@ use burn_flex::FlexTensor;
 use burn_std::Shape;
 use rayon::prelude::*;
 
-/// Values per rayon task at least, when planes are short, by default.
+/// Values per rayon task at least, when planes are short, by default. On a 16-core H200 host
+/// the fused batch norm passes at ResNet20's batch-32 activations were slowest with 1 024 and
+/// with 16 384 or more (fewer tasks than threads at the smallest), 2 048 and 4 096 alike
+/// (`benches/RESULTS.md`, 2026-12-07 m1/m2).
 const MIN_TASK: usize = 1 << 12;
 
 /// Environment variable setting the fewest values per rayon task (256 to 16 777 216), to
-/// measure task sizes against each other: on many cores a task of a few microseconds costs
-/// about as much to hand out and join as it takes to run.
+/// measure task sizes against each other on another machine. The results do not depend on it:
+/// each plane is summed whole and the sums are added in plane order.
 const ENV_MIN_TASK: &str = "BURN_HETERO_MIN_TASK";
 
 /// Values per rayon task at least: [`MIN_TASK`], or as [`ENV_MIN_TASK`] sets (read once).
 fn min_task() -> usize {
     static VALUES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *VALUES.get_or_init(|| {
-        let Ok(v) = std::env::var(ENV_MIN_TASK) else {
-            return MIN_TASK;
-        };
-        match v.trim().parse::<usize>() {
-            Ok(n) if (256..=1 << 24).contains(&n) => n,
-            _ => {
-                log::warn!("{ENV_MIN_TASK}={v}: expected 256 to 16777216; using {MIN_TASK}");
-                MIN_TASK
-            }
-        }
+        crate::tuning::usize_from_env(ENV_MIN_TASK, "values", 256..=1 << 24, MIN_TASK)
     })
 }
 
