@@ -107,7 +107,11 @@ impl<C: Backend, A: Accelerator> SgdBackend for Hetero<C, A> {
         velocity: Option<FloatTensor<Self>>,
         step: SgdStep,
     ) -> SgdUpdate<Self> {
-        let _timer = crate::profile::CpuOpTimer::start("sgd_step");
+        // Named by the parameter's shape, so that a profile tells which update waited for a
+        // weight gradient still being read (the first conv's, the last the backward makes).
+        let _timer = crate::profile::CpuOpTimer::start_with("sgd_step", || {
+            vec![crate::profile::describe_operand(&param)]
+        });
         match fused_step::<C>(param, grad, velocity, step) {
             Ok(update) => update,
             Err((param, grad, velocity)) => decomposed_step::<Self>(param, grad, velocity, step),

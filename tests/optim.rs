@@ -207,3 +207,52 @@ fn fused_sgd_leaves_shared_buffers_alone() {
         "{called:?}"
     );
 }
+
+/// A profile names each SGD update by its parameter's shape, so that an update that waited for
+/// a weight gradient still being read shows as its own row. Other tests may step meanwhile
+/// (the profile is the process's), so only these shapes' counts are checked, and that every
+/// update is named.
+#[test]
+fn profile_names_sgd_updates_by_parameter_shape() {
+    use burn_hetero::profile;
+    let _s = settings(burn_hetero::HeteroConfig::cpu_only());
+    let device = Default::default();
+    let mut rng = rng_for("sgd profile");
+    let sgd = FusedSgd::<HF>::new(None, None);
+    profile::reset_profile();
+    profile::set_profiling(true);
+    for shape in [[7, 3], [2, 9], [7, 3]] {
+        let param = float::<HF, 2>(&mut rng, &device, shape);
+        let grad = float::<HF, 2>(&mut rng, &device, shape);
+        let before = bits(&param);
+        let (stepped, _) = sgd.step(0.1, param, grad, None);
+        assert_ne!(bits(&stepped), before, "the update did not run");
+    }
+    profile::set_profiling(false);
+    let p = profile::profile();
+    profile::reset_profile();
+    let named = |operands: &str| -> u64 {
+        p.cpu_op_operands
+            .iter()
+            .filter(|o| o.name == "sgd_step" && o.operands == operands)
+            .map(|o| o.calls)
+            .sum()
+    };
+    assert!(named("[7,3]") >= 2 && named("[2,9]") >= 1, "\n{p}");
+    let all: u64 = p
+        .cpu_ops
+        .iter()
+        .filter(|o| o.name == "sgd_step")
+        .map(|o| o.calls)
+        .sum();
+    let by_operands: u64 = p
+        .cpu_op_operands
+        .iter()
+        .filter(|o| o.name == "sgd_step")
+        .map(|o| o.calls)
+        .sum();
+    assert_eq!(
+        by_operands, all,
+        "an update without its parameter's shape\n{p}"
+    );
+}
