@@ -26,6 +26,8 @@ mod deferred;
 mod device;
 mod fallback;
 mod held;
+#[cfg(feature = "cuda")]
+mod mapped;
 mod memory;
 pub mod norm;
 mod offload;

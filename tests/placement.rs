@@ -993,3 +993,49 @@ fn cuda_uploads_round_trip_bit_for_bit() {
         &[DType::F16, DType::BF16, DType::F32],
     );
 }
+
+/// Staged uploads whose chunks are small enough go through the kernel that reads the pinned
+/// slot itself, and larger ones through the copy engine; both come back bit for bit, with byte
+/// counts that are no multiple of 16 (the kernel's vectors) and a large upload whose last chunk
+/// is small. Counted from the profile's staged uploads.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cuda_small_staged_chunks_go_through_the_mapped_kernel() {
+    use burn_hetero::Accelerator;
+    type A = burn_hetero::CudaAccelerator;
+    let device = Default::default();
+    let mut rng = rng_for("mapped uploads");
+    // f16 values: 8 194 bytes, 1 MiB + 6, and 6 MiB + 2 (a 4 MiB chunk, then 2 MiB + 2).
+    let lens = [4097usize, (1 << 19) + 3, 3 << 20];
+    let kernel_max = std::env::var("BURN_HETERO_MAPPED_UPLOAD_MAX_KIB").ok();
+    burn_hetero::profile::set_profiling(true);
+    burn_hetero::profile::reset_profile();
+    for &n in &lens {
+        let src = random_vec(&mut rng, n, -300.0, 300.0);
+        let expected = TensorData::new(src.clone(), [n]).convert_dtype(DType::F16);
+        let up = A::accel_upload_cast(&src, [n].into(), DType::F16, &device).unwrap();
+        let back = A::accel_download(up).unwrap();
+        assert!(
+            back.bytes[..] == expected.bytes[..],
+            "f16 upload of {n} values differs"
+        );
+    }
+    let staged = burn_hetero::profile::profile().staged_uploads;
+    burn_hetero::profile::set_profiling(false);
+    let total: u64 = lens.iter().map(|&n| 2 * n as u64).sum();
+    assert_eq!(staged.bytes, total);
+    let kernel = staged.by_kernel;
+    println!(
+        "by kernel: {} copies, {} bytes, {:.1} GB/s; all: {:.1} GB/s",
+        kernel.copies,
+        kernel.bytes,
+        kernel.gb_per_s(),
+        staged.bus_gb_per_s()
+    );
+    if kernel_max.is_none() {
+        // Default: chunks up to 2 MiB by the kernel; the 4 MiB chunk on the copy engine.
+        assert_eq!(kernel.copies, 3, "{staged:?}");
+        assert_eq!(kernel.bytes, total - (4 << 20), "{staged:?}");
+    }
+    assert!(kernel.bus > std::time::Duration::ZERO || kernel.copies == 0);
+}
