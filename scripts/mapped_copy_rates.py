@@ -112,23 +112,28 @@ def main():
         row["engine"] = median_us(engine, write)
         row["engine x2"] = median_us(lambda s: engine(s, 2), write)
         row["engine x4"] = median_us(lambda s: engine(s, 4), write)
+        # (kernel, blocks per multiprocessor or None for one vector per thread, threads)
         configs = [
-            ("copy16", sms, 1024),
-            ("copy16", 2 * sms, 512),
-            ("copy16", 4 * sms, 256),
-            ("copy16", 8 * sms, 256),
-            ("copy16", max(1, n // 16 // 256), 256),
-            ("copy16x4", 2 * sms, 512),
-            ("copy16x4", 4 * sms, 256),
+            ("copy16", 1, 1024),
+            ("copy16", 2, 512),
+            ("copy16", 4, 256),
+            ("copy16", 8, 256),
+            ("copy16", 16, 256),
+            ("copy16", None, 256),
+            ("copy16x4", 2, 512),
+            ("copy16x4", 4, 256),
+            ("copy16x4", 8, 256),
         ]
-        for name, blocks, threads in configs:
+        for name, per_sm, threads in configs:
+            blocks = per_sm * sms if per_sm else max(1, n // 16 // threads)
             run = kernel(name, blocks, threads)
             for check in range(3):
                 write(100 + check)
                 run(cp.cuda.Stream.null)
                 cp.cuda.Stream.null.synchronize()
                 assert np.array_equal(cp.asnumpy(dst), host), (name, blocks, threads, n)
-            row[f"{name} {blocks}x{threads}"] = median_us(run, write)
+            shape = f"{per_sm}/SM" if per_sm else "1 vector/thread"
+            row[f"{name} {shape} x{threads}"] = median_us(run, write)
         rows.append(row)
         del host
     keys = [k for k in rows[0] if k != "bytes"]

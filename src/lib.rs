@@ -26,8 +26,6 @@ mod deferred;
 mod device;
 mod fallback;
 mod held;
-#[cfg(feature = "cuda")]
-mod mapped;
 mod memory;
 pub mod norm;
 mod offload;

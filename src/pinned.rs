@@ -21,7 +21,6 @@
 //! upload returns, so the data are in place before any later launch.
 
 use crate::fallback::warn_once;
-use crate::mapped::MappedCopy;
 use crate::profile::StagedUploads;
 use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::ComputeClient;
@@ -151,10 +150,6 @@ struct Staging {
     /// Bytes of a full chunk (each slot holds [`TAIL_BYTES`] more).
     slot_bytes: usize,
     slots: [*mut u8; 2],
-    /// The slots' addresses on the device, for [`MappedCopy`].
-    slot_addrs: [sys::CUdeviceptr; 2],
-    /// The kernel that moves small chunks, where it could be set up.
-    mapped: Option<MappedCopy>,
     starts: [sys::CUevent; 2],
     ends: [sys::CUevent; 2],
     stream: sys::CUstream,
@@ -232,8 +227,6 @@ impl Staging {
             device_index,
             slot_bytes: slot_bytes(),
             slots: [std::ptr::null_mut(); 2],
-            slot_addrs: [0; 2],
-            mapped: None,
             starts: [std::ptr::null_mut(); 2],
             ends: [std::ptr::null_mut(); 2],
             stream,
@@ -241,46 +234,15 @@ impl Staging {
         };
         for i in 0..2 {
             // SAFETY: a context is current; the pointer is freed in `drop`.
-            staging.slots[i] = unsafe {
-                result::malloc_host(
-                    staging.slot_bytes + TAIL_BYTES,
-                    sys::CU_MEMHOSTALLOC_DEVICEMAP,
-                )
-            }
-            .map_err(|e| driver_error("cuMemHostAlloc", e))?
+            staging.slots[i] = unsafe { result::malloc_host(staging.slot_bytes + TAIL_BYTES, 0) }
+                .map_err(|e| driver_error("cuMemHostAlloc", e))?
                 as *mut u8;
             for events in [&mut staging.starts, &mut staging.ends] {
                 events[i] = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
                     .map_err(|e| driver_error("cuEventCreate", e))?;
             }
         }
-        staging.mapped = staging.map_slots(device);
         Ok(staging)
-    }
-
-    /// The kernel that reads the slots through their device addresses, once those are known;
-    /// `None` (logged once) where the slots cannot be mapped or the kernel cannot be loaded.
-    fn map_slots(&mut self, device: sys::CUdevice) -> Option<MappedCopy> {
-        let mapped = MappedCopy::new(device)?;
-        for i in 0..2 {
-            let mut addr: sys::CUdeviceptr = 0;
-            // SAFETY: the slot was allocated by cuMemHostAlloc with DEVICEMAP in this context.
-            let status = unsafe {
-                sys::cuMemHostGetDevicePointer_v2(&mut addr, self.slots[i] as *mut c_void, 0)
-            };
-            if status != sys::CUresult::CUDA_SUCCESS || !addr.is_multiple_of(16) {
-                warn_once(
-                    "mapped-upload-slots",
-                    &format!(
-                        "pinned staging slots have no usable device address ({status:?}, \
-                         {addr:#x}); every staged upload goes through the copy engine"
-                    ),
-                );
-                return None;
-            }
-            self.slot_addrs[i] = addr;
-        }
-        Some(mapped)
     }
 
     /// The device's id in CubeCL, for waking its device thread (see `wake`).
@@ -360,12 +322,12 @@ impl Staging {
         profiling: bool,
         stages: &mut StagedUploads,
     ) -> Result<(), String> {
-        // Per slot, the bytes of its copy in flight and whether the kernel moves them.
+        // Per slot, the bytes of its copy in flight.
         let mut pending = [None; 2];
         for (chunk, (offset, n)) in chunks(len, self.slot_bytes).enumerate() {
             let slot = chunk % 2;
-            if let Some((bytes, by_kernel)) = pending[slot] {
-                stages.add_copy(bytes, self.wait(slot, profiling)?, by_kernel);
+            if let Some(bytes) = pending[slot] {
+                stages.add_copy(bytes, self.wait(slot, profiling)?);
             }
             // SAFETY: the slot holds slot_bytes + TAIL_BYTES >= n bytes, only this thread uses it, and its
             // last copy has completed (waited for above).
@@ -374,29 +336,23 @@ impl Staging {
             fill(host, offset);
             stages.fill += fill_start.elapsed();
             // SAFETY: `dst` holds at least `len` bytes and the caller keeps it allocated until
-            // every copy has completed; the slot is pinned (and mapped, at `slot_addrs`) and is
-            // not written again before its end event completes; the kernel takes only
-            // 16-byte-aligned destinations, and the slots are page-aligned.
-            let to = dst + offset as u64;
-            let by_kernel = self.mapped.as_ref().filter(|m| m.takes(to, n));
+            // every copy has completed; the slot is pinned and is not written again before its
+            // end event completes.
             unsafe {
                 result::event::record(self.starts[slot], self.stream)
                     .map_err(|e| driver_error("cuEventRecord", e))?;
-                match by_kernel {
-                    Some(mapped) => mapped.launch(self.slot_addrs[slot], to, n, self.stream)?,
-                    None => result::memcpy_htod_async(to, &*host, self.stream)
-                        .map_err(|e| driver_error("cuMemcpyHtoDAsync", e))?,
-                }
+                result::memcpy_htod_async(dst + offset as u64, &*host, self.stream)
+                    .map_err(|e| driver_error("cuMemcpyHtoDAsync", e))?;
                 result::event::record(self.ends[slot], self.stream)
                     .map_err(|e| driver_error("cuEventRecord", e))?;
             }
-            pending[slot] = Some((n, by_kernel.is_some()));
+            pending[slot] = Some(n);
             // The next chunk's fill may outlast the device thread's spinning.
             crate::wake::wake(self.device_id());
         }
         for (slot, pending) in pending.into_iter().enumerate() {
-            if let Some((bytes, by_kernel)) = pending {
-                stages.add_copy(bytes, self.wait(slot, profiling)?, by_kernel);
+            if let Some(bytes) = pending {
+                stages.add_copy(bytes, self.wait(slot, profiling)?);
             }
         }
         Ok(())

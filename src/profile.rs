@@ -194,9 +194,6 @@ pub struct StagedUploads {
     /// The chunks' copies by size, up to each of [`COPY_SIZES`] bytes: how near each size comes
     /// to the bus's rate, whose per-copy cost weighs most on the small ones.
     pub copies_by_size: [BusCopies; COPY_SIZES.len()],
-    /// The chunks moved by the kernel that reads the pinned slot itself instead of a
-    /// copy-engine copy (also counted by size above).
-    pub by_kernel: BusCopies,
 }
 
 /// Upper bounds (inclusive, bytes) of the size classes of [`StagedUploads::copies_by_size`].
@@ -217,12 +214,6 @@ impl BusCopies {
     /// Bytes per second on the bus, in GB/s.
     pub fn gb_per_s(&self) -> f64 {
         gb_per_s(self.bytes, self.bus)
-    }
-
-    fn add(&mut self, other: &BusCopies) {
-        self.copies += other.copies;
-        self.bytes += other.bytes;
-        self.bus += other.bus;
     }
 }
 
@@ -247,29 +238,24 @@ impl StagedUploads {
         self.bus += other.bus;
         self.total += other.total;
         for (mine, theirs) in self.copies_by_size.iter_mut().zip(&other.copies_by_size) {
-            mine.add(theirs);
+            mine.copies += theirs.copies;
+            mine.bytes += theirs.bytes;
+            mine.bus += theirs.bus;
         }
-        self.by_kernel.add(&other.by_kernel);
     }
 
-    /// Counts one chunk's copy of `bytes` that took `bus` on the bus, `by_kernel` when the
-    /// kernel reading the pinned slot moved it.
-    pub(crate) fn add_copy(&mut self, bytes: usize, bus: Duration, by_kernel: bool) {
+    /// Counts one chunk's copy of `bytes` that took `bus` on the bus.
+    pub(crate) fn add_copy(&mut self, bytes: usize, bus: Duration) {
         self.bus += bus;
         let last = COPY_SIZES.len() - 1;
         let class = COPY_SIZES
             .iter()
             .position(|&max| bytes <= max)
             .unwrap_or(last);
-        let copy = BusCopies {
-            copies: 1,
-            bytes: bytes as u64,
-            bus,
-        };
-        self.copies_by_size[class].add(&copy);
-        if by_kernel {
-            self.by_kernel.add(&copy);
-        }
+        let copies = &mut self.copies_by_size[class];
+        copies.copies += 1;
+        copies.bytes += bytes as u64;
+        copies.bus += bus;
     }
 }
 
@@ -422,19 +408,7 @@ impl fmt::Display for Profile {
                     })
                 })
                 .collect();
-            let kernel = &staged.by_kernel;
-            let by_kernel = if kernel.copies > 0 {
-                format!(
-                    " (of which moved by the kernel reading pinned memory: {} copies, {:.1} MB, \
-                     {:.1} GB/s)",
-                    kernel.copies,
-                    kernel.bytes as f64 / 1e6,
-                    kernel.gb_per_s()
-                )
-            } else {
-                String::new()
-            };
-            writeln!(f, "bus by copy size: {}{by_kernel}", classes.join("; "))?;
+            writeln!(f, "bus by copy size: {}", classes.join("; "))?;
         }
         let (_, cpu_total) = self.totals();
         writeln!(f)?;
