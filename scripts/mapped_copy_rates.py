@@ -4,7 +4,9 @@ its mapped device address and writes device memory, 16 bytes per thread and step
 upload follows a CPU write of the host buffer, as the staging's cast into its slot does, and
 every kernel upload is checked byte for byte a few times. CUDA events around each upload (and
 around all pieces of a split one), median of 41 after 5 untimed; the wall column is the host's
-time from the call to the end of a synchronize.
+time from the call to the end of a synchronize. numpy's write goes through the CPU's caches,
+unlike the staging's streaming stores, so every column here pays for the bus's reads of cached
+lines (`pinned_copy_rates.py`'s "written before" column): compare the columns with each other.
 
     python3 scripts/mapped_copy_rates.py     # on the GPU machine (CuPy); prints markdown tables
 """
