@@ -37,6 +37,7 @@ mod pinned;
 mod placement;
 pub mod pool;
 pub mod profile;
+pub mod softmax;
 pub mod spin;
 mod stats;
 pub mod sums;

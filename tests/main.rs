@@ -94,5 +94,6 @@ mod ndarray_bridge;
 mod optim;
 mod placement;
 mod pool_spin;
+mod softmax;
 mod sums;
 mod training;

@@ -409,6 +409,26 @@ fn bench_sgd_step<B: Backend, O: burn::optim::SimpleOptimizer<B>>(bencher: Bench
         .bench_local_values(|((w, state), g)| sgd.step(0.01, w, g, state));
 }
 
+/// The log-softmax of ResNet20's logits at batch 128 (`[128, 10]`) forward and its input
+/// gradient, as a training step runs them (under autodiff, the gradient of the sum): burn's
+/// `log_softmax` (tensor ops, recorded one by one) on each backend, and
+/// `burn_hetero::softmax::log_softmax` (one op each way; on `Hetero` a pass over each row).
+#[divan::bench(types = [NdArray, Flex, Hetero, HeteroNdArray], args = [false, true])]
+fn log_softmax<B: burn_hetero::softmax::LogSoftmaxBackend>(bencher: Bencher, one_op: bool) {
+    type Ad<B> = burn_autodiff::Autodiff<B>;
+    let logits = random::<Ad<B>, 2>([128, 10]);
+    bencher.bench_local(|| {
+        let x = logits.clone().require_grad();
+        let y = if one_op {
+            burn_hetero::softmax::log_softmax(x.clone())
+        } else {
+            burn::tensor::activation::log_softmax(x.clone(), 1)
+        };
+        let grads = y.sum().backward();
+        x.grad(&grads)
+    });
+}
+
 /// The host half of an upload: ResNet20's first-stage activation at batch 32 and 128 cast to
 /// f16 into a staging-sized destination with ordinary (`false`) or streaming (`true`) stores
 /// (`burn_hetero::cast::f32_into`). Here the destination is ordinary memory and nothing copies

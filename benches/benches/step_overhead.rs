@@ -28,7 +28,6 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Distribution, Int, Tensor};
 use burn_autodiff::Autodiff;
 use burn_hetero::HeteroConfig;
-use burn_hetero::norm::BatchNormBackend;
 use burn_hetero::optim::{FusedSgd, SgdBackend};
 use burn_hetero::profile;
 use burn_hetero_models::{ResNet, ResNetConfig};
@@ -54,7 +53,7 @@ fn main() {
 /// back is in the time).
 fn train_step<B>(bencher: Bencher, (batch, size): (usize, usize), on_pool: bool)
 where
-    B: AutodiffBackend + BatchNormBackend,
+    B: AutodiffBackend + burn_hetero_models::ModelBackend,
     B::InnerBackend: SgdBackend,
     ResNet<B>: AutodiffModule<B>,
 {

@@ -19,8 +19,7 @@ use crate::data::{
     bundled_mnist, load_cifar10, load_idx_dir,
 };
 use crate::train::{self, SavePlan, Schedule, TrainData, TrainJob, TrainReport, TrainSettings};
-use crate::{AnyModel, MnistNet, ResNetConfig};
-use burn_hetero::norm::BatchNormBackend;
+use crate::{AnyModel, MnistNet, ModelBackend, ResNetConfig};
 use burn_hetero::optim::SgdBackend;
 
 /// Where Debian's `dataset-fashion-mnist` package puts the files.
@@ -592,7 +591,7 @@ fn first_clause(reason: &str) -> &str {
 }
 
 /// Picks the backend type, with `C` as the CPU backend, and runs the command on it.
-fn select_backend<C: BatchNormBackend + SgdBackend>(
+fn select_backend<C: ModelBackend + SgdBackend>(
     args: &TrainArgs,
     config: HeteroConfig,
     context: Context<'_>,
@@ -696,13 +695,13 @@ fn run_vulkan<C: Backend>(
 }
 
 /// Builds the model on `B` and trains (or evaluates) it.
-fn run_on<B: AutodiffBackend + BatchNormBackend>(
+fn run_on<B: AutodiffBackend + ModelBackend>(
     context: Context<'_>,
     backend: String,
     device: B::Device,
 ) -> Result<Outcome, CliError>
 where
-    B::InnerBackend: BatchNormBackend + SgdBackend,
+    B::InnerBackend: ModelBackend + SgdBackend,
 {
     let args = context.args;
     println!("{} on {backend}", args.model.name());

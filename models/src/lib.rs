@@ -39,6 +39,19 @@ pub trait Classifier<B: Backend> {
     fn loss(&self, scores: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1>;
 }
 
+/// A backend with the ops this crate's models run as single ops with their own backward (batch
+/// norm, and the log-softmax of the loss): every backend has them, `Hetero`'s run as fused CPU
+/// passes.
+pub trait ModelBackend:
+    burn_hetero::norm::BatchNormBackend + burn_hetero::softmax::LogSoftmaxBackend
+{
+}
+
+impl<B: burn_hetero::norm::BatchNormBackend + burn_hetero::softmax::LogSoftmaxBackend> ModelBackend
+    for B
+{
+}
+
 /// Mean negative log-likelihood of `targets` `[N]` under `log_probs` `[N, classes]` (rows of
 /// log-probabilities, e.g. a log-softmax): `-mean_i log_probs[i, targets[i]]`. Returns a
 /// one-element tensor.
@@ -59,7 +72,7 @@ pub enum AnyModel<B: Backend> {
     ResNet(ResNet<B>),
 }
 
-impl<B: burn_hetero::norm::BatchNormBackend> Classifier<B> for AnyModel<B> {
+impl<B: ModelBackend> Classifier<B> for AnyModel<B> {
     fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
         match self {
             AnyModel::Mnist(m) => m.forward(images),

@@ -20,11 +20,11 @@ use std::f64::consts::SQRT_2;
 use burn::module::{Initializer, Module};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, PaddingConfig2d};
-use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Slice, Tensor};
 
 use burn_hetero::norm::{BatchNormBackend, batch_norm, batch_norm_relu};
+use burn_hetero::softmax::{LogSoftmaxBackend, log_softmax};
 
 use crate::{Classifier, nll_loss};
 
@@ -275,20 +275,23 @@ impl<B: BatchNormBackend> ResNet<B> {
     }
 }
 
-impl<B: Backend> ResNet<B> {
+impl<B: LogSoftmaxBackend> ResNet<B> {
     /// Mean cross-entropy loss (one element) of `targets` `[N]` given the logits of
-    /// [`ResNet::forward`]: the negative log-likelihood of their log-softmax.
+    /// [`ResNet::forward`]: the negative log-likelihood of their log-softmax (one op each way,
+    /// see `burn_hetero::softmax`).
     pub fn loss(&self, logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1> {
-        nll_loss(log_softmax(logits, 1), targets)
+        nll_loss(log_softmax(logits), targets)
     }
+}
 
+impl<B: Backend> ResNet<B> {
     /// The basic blocks, in order (3n of them).
     pub fn blocks(&self) -> &[BasicBlock<B>] {
         &self.blocks
     }
 }
 
-impl<B: BatchNormBackend> Classifier<B> for ResNet<B> {
+impl<B: crate::ModelBackend> Classifier<B> for ResNet<B> {
     fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
         ResNet::forward(self, images)
     }

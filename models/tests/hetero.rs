@@ -13,7 +13,6 @@ use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
-use burn_hetero::norm::BatchNormBackend;
 use burn_hetero::optim::{FusedSgd, SgdBackend};
 use burn_hetero::{HeteroConfig, HeteroVulkan, OpKind, Placement, Precision};
 use burn_hetero_models::{Classifier, MnistNet, ResNet, ResNetConfig};
@@ -82,7 +81,7 @@ fn models_train_on_hetero_unchanged() {
 /// one batch of `images` (`[n, 1, 32, 32]`).
 fn resnet_losses<B>(record: &[u8], images: &[f32], steps: usize) -> Vec<f32>
 where
-    B: AutodiffBackend + BatchNormBackend,
+    B: AutodiffBackend + burn_hetero_models::ModelBackend,
     B::InnerBackend: SgdBackend,
 {
     let device = Default::default();
