@@ -106,6 +106,16 @@ def cases():
     out.append(("linear_x_backward", "", lambda: lg @ lw.t()))
     out.append(("linear_weight_backward", "", lambda: lx.t() @ lg))
 
+    # ResNet20's logits at batch 128; the bench times the forward and the input gradient of
+    # its sum, so the backward's incoming gradient is ones.
+    logits, ones = rand(128, 10), torch.ones(128, 10)
+
+    def log_softmax_both_ways():
+        output = aten._log_softmax(logits, 1, False)
+        return aten._log_softmax_backward_data(ones, output, 1, torch.float32)
+
+    out.append(("log_softmax", "", log_softmax_both_ways))
+
     param = torch.nn.Parameter(rand(800, 500))
     param.grad = rand(800, 500)
     for foreach in (False, True):

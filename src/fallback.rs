@@ -100,6 +100,15 @@ pub(crate) fn warn_once(cause: &str, message: &str) {
     }
 }
 
+/// Logs once per op and reason that a CPU op's own pass was refused and the backend's
+/// tensor ops run in its place; `needs` says what the own pass needs.
+pub(crate) fn op_by_op(op: &str, why: &str, needs: &str) {
+    warn_once(
+        &format!("{op}: {why}"),
+        &format!("{op} runs op by op on the CPU backend ({why}); {needs}"),
+    );
+}
+
 /// Fault injection, for testing the fallback path: the accelerator op with this ordinal fails.
 static FAIL_AT: AtomicU64 = AtomicU64::new(0);
 static ACCEL_OPS: AtomicU64 = AtomicU64::new(0);

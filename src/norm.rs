@@ -482,11 +482,10 @@ fn fused_backward<C: Backend, A: Accelerator>(
 
 /// Logs once per op and reason that the fused form was not used.
 fn op_by_op(op: &str, why: &str) {
-    crate::fallback::warn_once(
-        &format!("{op}: {why}"),
-        &format!(
-            "{op} runs op by op on the CPU backend ({why}); the fused form needs burn-flex and contiguous f32 tensors"
-        ),
+    crate::fallback::op_by_op(
+        op,
+        why,
+        "the fused form needs burn-flex and contiguous f32 tensors",
     );
 }
 

@@ -31,7 +31,6 @@ use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
 use burn_backend::Backend;
 use burn_backend::tensor::FloatTensor;
-use burn_flex::FlexTensor;
 
 /// A backend with log-softmax over a matrix's rows, forward and backward, as single ops.
 ///
@@ -65,14 +64,10 @@ fn float<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 2> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
-/// The default forward, in `B`'s tensor ops; the row's maximum taken out first, so that `exp`
-/// cannot overflow.
+/// The default forward: burn's own `log_softmax` over dim 1, which takes the row's maximum out
+/// first, so that `exp` cannot overflow (a backend may override it).
 pub fn decomposed_forward<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
-    let x = float::<B>(x);
-    let max = x.clone().max_dim(1).detach();
-    let shifted = x - max;
-    let log_sum = shifted.clone().exp().sum_dim(1).log();
-    (shifted - log_sum).into_primitive().tensor()
+    B::log_softmax(x, 1)
 }
 
 /// The default backward, in `B`'s tensor ops.
@@ -153,38 +148,19 @@ fn rows<C: Backend, const N: usize>(
     operands: [FloatTensor<C>; N],
     row: impl Fn([&[f32]; N], &mut [f32]),
 ) -> Result<FloatTensor<C>, ([FloatTensor<C>; N], &'static str)> {
-    let mut flex: Vec<FlexTensor> = Vec::with_capacity(N);
-    let mut refused = None;
-    for (i, t) in operands.into_iter().enumerate() {
-        match into_flex::<C>(t) {
-            Ok(t) => flex.push(t),
-            Err(t) => {
-                refused = Some((i, t));
-                break;
-            }
-        }
+    let converted = operands.map(into_flex::<C>);
+    if converted.iter().any(Result::is_err) {
+        let back = converted.map(|t| t.map_or_else(|t| t, from_flex::<C>));
+        return Err((back, "a CPU backend other than burn-flex or burn-ndarray"));
     }
-    let give_back = |flex: Vec<FlexTensor>, refused: Option<(usize, FloatTensor<C>)>| {
-        let mut back: Vec<FloatTensor<C>> = flex.into_iter().map(from_flex::<C>).collect();
-        if let Some((i, t)) = refused {
-            back.insert(i, t);
-        }
-        back
-    };
-    if let Some(refused) = refused {
-        let back = give_back(flex, Some(refused));
-        return Err((
-            to_array(back),
-            "a CPU backend other than burn-flex or burn-ndarray",
-        ));
-    }
+    let flex = converted.map(|t| t.unwrap_or_else(|_| unreachable!("checked above")));
     let shape = flex[0].layout().shape().clone();
     let fits = flex
         .iter()
         .all(|t| values(t).is_some() && t.layout().shape() == &shape);
     if shape.num_dims() != 2 || !fits {
         return Err((
-            to_array(give_back(flex, None)),
+            flex.map(from_flex::<C>),
             "an operand that is not a contiguous f32 matrix",
         ));
     }
@@ -192,26 +168,21 @@ fn rows<C: Backend, const N: usize>(
     let (count, width) = (dims[0], dims[1]);
     let mut out = vec![0.0f32; count * width];
     {
-        let inputs: Vec<&[f32]> = flex.iter().map(|t| values(t).expect("checked")).collect();
+        let inputs: [&[f32]; N] = std::array::from_fn(|i| values(&flex[i]).expect("checked"));
         for (r, out_row) in out.chunks_mut(width.max(1)).enumerate().take(count) {
             let at = r * width..(r + 1) * width;
-            let row_inputs: [&[f32]; N] = std::array::from_fn(|i| &inputs[i][at.clone()]);
-            row(row_inputs, out_row);
+            row(inputs.map(|input| &input[at.clone()]), out_row);
         }
     }
     Ok(from_flex::<C>(dense(out, shape)))
 }
 
-fn to_array<T, const N: usize>(v: Vec<T>) -> [T; N] {
-    v.try_into()
-        .unwrap_or_else(|_| unreachable!("every operand comes back"))
-}
-
 /// Logs once per op and reason that the row pass was not used.
 fn op_by_op(op: &str, why: &str) {
-    crate::fallback::warn_once(
-        &format!("{op}: {why}"),
-        &format!("{op} runs op by op on the CPU backend ({why})"),
+    crate::fallback::op_by_op(
+        op,
+        why,
+        "the row pass needs burn-flex or burn-ndarray and contiguous f32 matrices",
     );
 }
 
